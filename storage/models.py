@@ -1,0 +1,278 @@
+"""SQLAlchemy models: the tables of migration 0001 and the column types they share.
+
+All datetimes are timezone-aware UTC in Python; JSON columns are stored as text so SQLite and
+PostgreSQL hold byte-for-byte the same documents.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, date, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names, so migrations can name (and later alter) every one of them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+EXCERPT_MAX_CHARS = 512
+
+# 64-bit ids on PostgreSQL; SQLite only autoincrements an INTEGER PRIMARY KEY (already 64-bit there).
+BigId = BigInteger().with_variant(Integer, "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored as UTC; accepts aware datetimes only and returns aware UTC datetimes."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime, got {type(value).__name__}")
+        if value.tzinfo is None or value.utcoffset() is None:
+            # A naive datetime is ambiguous (local? UTC?); refusing it keeps every stored instant exact.
+            raise ValueError(f"naive datetime {value.isoformat()} given; pass a timezone-aware datetime")
+        value = value.astimezone(UTC)
+        if isinstance(value, datetime) and type(value) is not datetime:
+            # pandas.Timestamp and friends: store the plain datetime the driver understands.
+            value = datetime(
+                value.year, value.month, value.day, value.hour, value.minute, value.second,
+                value.microsecond, tzinfo=UTC,
+            )
+        # SQLite has no timezone type: it keeps the UTC wall time, read back as UTC below.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # raw text written by something other than SQLAlchemy
+            value = datetime.fromisoformat(value)
+        elif isinstance(value, date) and not isinstance(value, datetime):
+            value = datetime(value.year, value.month, value.day)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _json_default(obj: Any) -> Any:
+    """Encode what json cannot: numpy scalars/arrays, datetimes, sets."""
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
+        return obj.item()
+    if hasattr(obj, "tolist") and callable(obj.tolist):
+        return obj.tolist()
+    if isinstance(obj, datetime | date):
+        return obj.isoformat()
+    if isinstance(obj, set | frozenset):
+        return sorted(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON text: sorted keys, compact separators, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def labels_key(labels: dict[str, Any] | None) -> str:
+    """The identity of a label set: canonical sorted JSON ('{}' for no labels)."""
+    return dumps(labels or {})
+
+
+class JSONText(TypeDecorator[Any]):
+    """A JSON document stored as TEXT (canonical form, so equal documents compare equal)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str | None:
+        return None if value is None else dumps(value)
+
+    def process_result_value(self, value: str | None, dialect: Any) -> Any:
+        return None if value is None else json.loads(value)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """NaN becomes None: SQLite would store NaN as NULL anyway, PostgreSQL would keep it."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class SourceOffset(Base):
+    """How far one input file (or SQL source) has been consumed."""
+
+    __tablename__ = "source_offsets"
+
+    source: Mapped[str] = mapped_column(String, primary_key=True)
+    file_key: Mapped[str] = mapped_column(String, primary_key=True)
+    path: Mapped[str] = mapped_column(String, nullable=False)
+    offset: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)  # bytes consumed
+    line: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)  # lines/rows consumed
+    cursor: Mapped[str | None] = mapped_column(String, nullable=True)  # SQL sources' monotonic column
+    fingerprint: Mapped[str | None] = mapped_column(String, nullable=True)
+    size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class Tick(Base):
+    """One run of the pipeline for one service."""
+
+    __tablename__ = "ticks"
+    __table_args__ = (Index(None, "service", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    service: Mapped[str] = mapped_column(String, nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    now: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)  # the injected clock
+    status: Mapped[str] = mapped_column(String, nullable=False)  # running | ok | error
+    rows_read: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    accepted: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    quarantined: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    joined: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    unmatched: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    duplicates: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    summary: Mapped[Any] = mapped_column(JSONText, nullable=True)
+
+
+class BucketPartial(Base):
+    """The mergeable partial aggregate of one event-time bucket (payload format owned by the caller)."""
+
+    __tablename__ = "bucket_partials"
+
+    service: Mapped[str] = mapped_column(String, primary_key=True)
+    model_version: Mapped[str] = mapped_column(String, primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    bucket_seconds: Mapped[int] = mapped_column(Integer, primary_key=True)
+    segment: Mapped[str] = mapped_column(String, primary_key=True)  # '' = all rows
+    rows: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class FindingRow(Base):
+    """One check result for one window and label set; rewritten in place when re-scored."""
+
+    __tablename__ = "findings"
+    __table_args__ = (
+        UniqueConstraint(
+            "service", "check", "model_version", "window_start", "window_end", "labels_key",
+            name="uq_findings_identity",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tick_id: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("ticks.id", ondelete="SET NULL"), nullable=True
+    )
+    service: Mapped[str] = mapped_column(String, nullable=False)
+    check: Mapped[str] = mapped_column(String, nullable=False)
+    model_version: Mapped[str] = mapped_column(String, nullable=False)
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    window_end: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    labels_key: Mapped[str] = mapped_column(String, nullable=False)
+    labels: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    status: Mapped[str] = mapped_column(String, nullable=False)
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    baseline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    effect: Mapped[float | None] = mapped_column(Float, nullable=True)
+    interval_low: Mapped[float | None] = mapped_column(Float, nullable=True)
+    interval_high: Mapped[float | None] = mapped_column(Float, nullable=True)
+    p_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    n: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    detail: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class AlertState(Base):
+    """The evaluator state of one alert identity (fingerprint of its sorted labels)."""
+
+    __tablename__ = "alert_state"
+
+    fingerprint: Mapped[str] = mapped_column(String, primary_key=True)
+    labels: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    state: Mapped[str] = mapped_column(String, nullable=False)
+    active_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_eval_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    annotations: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class Outbox(Base):
+    """A notification written before it is sent; a channel outage delays it, never loses it."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (Index(None, "status", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    dedup_key: Mapped[str] = mapped_column(String, nullable=False, unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    channel: Mapped[str] = mapped_column(String, nullable=False)
+    payload: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    status: Mapped[str] = mapped_column(String, nullable=False, default="pending")  # pending|sent|failed
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(String, nullable=True)
+    external_id: Mapped[str | None] = mapped_column(String, nullable=True)  # e.g. Slack message ts
+
+
+class QuarantineRow(Base):
+    """One input row that broke the data contract, with where it came from and why."""
+
+    __tablename__ = "quarantine"
+    __table_args__ = (Index(None, "service", "reason"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tick_id: Mapped[int | None] = mapped_column(BigId, nullable=True)
+    service: Mapped[str] = mapped_column(String, nullable=False)
+    kind: Mapped[str] = mapped_column(String, nullable=False)  # predictions|timings|labels|reference
+    source: Mapped[str] = mapped_column(String, nullable=False)
+    position: Mapped[str] = mapped_column(String, nullable=False)  # e.g. "file.jsonl:123"
+    reason: Mapped[str] = mapped_column(String, nullable=False)  # monitor.contract.Reason code
+    excerpt: Mapped[str] = mapped_column(String, nullable=False, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class JoinPending(Base):
+    """Rows waiting for their timings or labels to arrive: one Parquet blob per service and kind."""
+
+    __tablename__ = "join_pending"
+    __table_args__ = (Index(None, "service", "kind"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    service: Mapped[str] = mapped_column(String, nullable=False)
+    kind: Mapped[str] = mapped_column(String, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    rows: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
