@@ -1,0 +1,71 @@
+"""The data contract: record kinds, their fields, and the reason codes of quarantine.
+
+docs/contract.md is the long form of this module; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+STATUSES = ("ok", "timeout", "rejected", "error")
+STAGES = ("parse", "preprocess", "batch_wait", "model", "postprocess")
+
+
+class RecordKind(StrEnum):
+    predictions = "predictions"
+    timings = "timings"
+    labels = "labels"
+    reference = "reference"
+
+
+REQUIRED: dict[RecordKind, tuple[str, ...]] = {
+    RecordKind.predictions: ("request_id", "ts", "model_version", "status"),
+    RecordKind.timings: ("request_id", "stage", "duration_ms"),
+    RecordKind.labels: ("request_id", "label"),
+    RecordKind.reference: (),
+}
+
+# Optional prediction fields with a fixed meaning (feature, segment and score columns come from config).
+NUMERIC_OPTIONAL = (
+    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "threshold",
+    "batch_size", "queue_depth", "memory_mb", "spec_accept_rate",
+)
+STRING_OPTIONAL = (
+    "prediction", "cache_version", "preprocess_version", "config_hash", "route", "expert", "replica",
+)
+BOOL_OPTIONAL = ("cache_hit",)
+
+
+class Reason(StrEnum):
+    """Why a row was quarantined; one code per row, the first that applies in this order."""
+
+    invalid_encoding = "invalid_encoding"  # bytes that are not UTF-8
+    unparseable = "unparseable"  # not a JSON object / CSV row of the header's width
+    oversize_field = "oversize_field"  # a line or field longer than limits.max_field_chars
+    missing_field = "missing_field"  # a required field absent or null
+    wrong_type = "wrong_type"  # a value that does not convert to its declared type
+    bad_timestamp = "bad_timestamp"  # before limits.min_ts (negative or absurd epoch)
+    future_timestamp = "future_timestamp"  # later than now + limits.max_future
+    unknown_status = "unknown_status"  # status not one of STATUSES
+    bad_duration = "bad_duration"  # NaN, infinite or negative duration_ms
+    orphan_timing = "orphan_timing"  # a stage timing whose prediction never arrived within join.lateness
+    orphan_label = "orphan_label"  # a label whose prediction never arrived within labels.horizon
+
+
+EXCERPT_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One row that broke the contract: where it was, why, and the start of what it said."""
+
+    position: str  # "<file>:<line>" for text files, "<file>:row <n>" for Parquet, "<table>:<cursor>" for SQL
+    reason: Reason
+    excerpt: str  # at most EXCERPT_CHARS characters
+
+
+def excerpt(raw: bytes | str) -> str:
+    """The first EXCERPT_CHARS characters of a raw row, undecodable bytes replaced."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes | bytearray) else str(raw)
+    return text[:EXCERPT_CHARS]
