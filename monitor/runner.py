@@ -1,0 +1,179 @@
+"""One tick: read new rows, enforce the contract, join, fold into bucket partials, store.
+
+Each step (one chunk of predictions and one of timings) commits its quarantine rows, partials, join
+buffer and source offsets in one transaction: a crash at any point loses and repeats nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+
+import pandas as pd
+
+from monitor.config import Config, Service
+from monitor.contract import RecordKind, Reject
+from monitor.frame import ARRIVED, from_blobs, join, to_blob
+from monitor.partials import fold, merge_bytes
+from monitor.sources import Batch, open_source
+from monitor.validate import validate
+from storage.store import Store
+
+
+@dataclass
+class TickReport:
+    """What one tick of one service read and did; counts are rows."""
+
+    service: str
+    now: str
+    status: str = "ok"
+    error: str | None = None
+    read: Counter = field(default_factory=Counter)  # per record kind
+    accepted: Counter = field(default_factory=Counter)  # per record kind
+    quarantined: Counter = field(default_factory=Counter)  # per reason code
+    joined: int = 0  # predictions folded with at least one stage timing
+    unmatched: int = 0  # predictions folded without timings (lateness passed)
+    orphan_timings: int = 0
+    duplicates: int = 0
+    duplicate_timings: int = 0
+    pending_predictions: int = 0  # still waiting for timings after this tick
+    pending_timings: int = 0
+    folded: int = 0  # predictions folded into bucket partials
+    buckets: int = 0  # partial rows written (bucket x model_version x segment)
+    first_ts: str | None = None
+    last_ts: str | None = None
+    events: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        # Not dataclasses.asdict: it rebuilds a Counter from (key, value) pairs and so counts the pairs.
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Counter) else v) for f in fields(self)}
+
+
+def tick(config: Config, store: Store, now: datetime) -> list[TickReport]:
+    """Run one tick for every configured service at clock `now` (UTC)."""
+    return [run_service(config, service, store, now) for service in config.services]
+
+
+def run_service(config: Config, service: Service, store: Store, now: datetime) -> TickReport:
+    started = time.perf_counter()
+    report = TickReport(service=service.name, now=now.isoformat())
+    with store.transaction() as session:
+        tick_id = store.start_tick(session, service.name, now)
+    try:
+        _ingest(config, service, store, now, tick_id, report)
+    except Exception as exc:  # a tick never crashes the daemon; its row says what went wrong
+        report.status, report.error = "error", f"{type(exc).__name__}: {exc}"
+    report.seconds = round(time.perf_counter() - started, 3)
+    if service.sources.labels is not None:
+        report.notes.append("labels source configured: label ingestion lands with issue #5; not read yet")
+    with store.transaction() as session:
+        store.finish_tick(session, tick_id, report.status, _tick_counts(report), report.as_dict())
+    return report
+
+
+def _tick_counts(report: TickReport) -> dict:
+    return {
+        "rows_read": sum(report.read.values()),
+        "accepted": sum(report.accepted.values()),
+        "quarantined": sum(report.quarantined.values()),
+        "joined": report.joined,
+        "unmatched": report.unmatched,
+        "duplicates": report.duplicates,
+    }
+
+
+def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_id: int, report: TickReport) -> None:
+    name = service.name
+    pred_source = open_source(f"{name}/predictions", service.sources.predictions, config.limits)
+    time_source = (open_source(f"{name}/timings", service.sources.timings, config.limits)
+                   if service.sources.timings is not None else None)
+    with store.transaction() as session:
+        pred_offsets = store.load_offsets(session, pred_source.name)
+        time_offsets = store.load_offsets(session, time_source.name) if time_source else {}
+        pending_p = from_blobs(store.load_pending(session, name, RecordKind.predictions.value))
+        pending_t = from_blobs(store.load_pending(session, name, RecordKind.timings.value))
+
+    pred_batches = pred_source.read(pred_offsets)
+    time_batches = time_source.read(time_offsets) if time_source else iter(())
+    final = False
+    while not final:
+        pb, tb = next(pred_batches, None), next(time_batches, None)
+        # The last step reads nothing and lets waiting rows expire; it runs even when nothing new arrived.
+        final = pb is None and tb is None
+        rejects: list[tuple[RecordKind, str, Reject]] = []
+        new_p = _accept(pb, RecordKind.predictions, service, config, now, report, rejects)
+        new_t = _accept(tb, RecordKind.timings, service, config, now, report, rejects) if time_source else None
+        all_p = _concat(pending_p, new_p)
+        all_t = _concat(pending_t, new_t) if time_source else None
+        joined = join(all_p, all_t, now, service.join.lateness, expire=final)
+        pending_p, pending_t = joined.pending_predictions, joined.pending_timings
+        for _, row in joined.orphans.iterrows():
+            rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row)))
+        ready = joined.ready
+        partials = fold(ready, service.buckets.size, service.schema_.segments, timed=time_source is not None)
+
+        with store.transaction() as session:
+            store.add_quarantine(session, [
+                {"tick_id": tick_id, "service": name, "kind": kind.value, "source": source,
+                 "position": r.position, "reason": r.reason.value, "excerpt": r.excerpt, "created_at": now}
+                for kind, source, r in rejects
+            ])
+            if partials:
+                store.upsert_partials(session, name, partials, merge_bytes)
+            store.replace_pending(session, name, RecordKind.predictions.value, to_blob(pending_p), len(pending_p))
+            if time_source:
+                store.replace_pending(session, name, RecordKind.timings.value, to_blob(pending_t), len(pending_t))
+            if pb is not None:
+                store.save_offsets(session, pred_source.name, [pb.offset])
+            if tb is not None:
+                store.save_offsets(session, time_source.name, [tb.offset])
+
+        for r in rejects:
+            report.quarantined[r[2].reason.value] += 1
+        report.orphan_timings += len(joined.orphans)
+        report.duplicates += joined.duplicates
+        report.duplicate_timings += joined.duplicate_timings
+        report.folded += len(ready)
+        report.buckets += len(partials)
+        if len(ready) and time_source:
+            report.joined += int(ready["joined"].sum())
+            report.unmatched += int((~ready["joined"]).sum())
+        if len(ready):
+            lo, hi = ready["ts"].min().isoformat(), ready["ts"].max().isoformat()
+            report.first_ts = min(report.first_ts or lo, lo)
+            report.last_ts = max(report.last_ts or hi, hi)
+    report.pending_predictions, report.pending_timings = len(pending_p), len(pending_t)
+
+
+def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Config, now: datetime,
+            report: TickReport, rejects: list) -> pd.DataFrame:
+    """Validate one batch; collect its rejects; return the accepted rows stamped with their arrival."""
+    if batch is None:
+        return pd.DataFrame()
+    report.read[kind.value] += batch.rows_read
+    report.events += [f"{batch.file}: {e}" for e in batch.events]
+    rejects += [(kind, batch.source, r) for r in batch.rejects]
+    accepted, bad = validate(kind, batch.frame, batch.file, service.schema_, config.limits, now)
+    rejects += [(kind, batch.source, r) for r in bad]
+    report.accepted[kind.value] += len(accepted)
+    accepted[ARRIVED] = pd.Timestamp(now)
+    accepted["_source"] = batch.file
+    return accepted
+
+
+def _concat(a: pd.DataFrame, b: pd.DataFrame | None) -> pd.DataFrame:
+    parts = [f for f in (a, b) if f is not None and not f.empty]
+    if not parts:
+        return a if b is None else (b if a.empty else a)
+    return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+
+
+def _orphan(row: pd.Series) -> Reject:
+    from monitor.contract import Reason, excerpt
+
+    text = f'{{"request_id": "{row["request_id"]}", "stage": "{row["stage"]}", "duration_ms": {row["duration_ms"]}}}'
+    return Reject(f"{row.get('_source', '')}:{row.get('_line', '?')}", Reason.orphan_timing, excerpt(text))
