@@ -219,7 +219,7 @@ class Service(_Model):
 
 
 class Storage(_Model):
-    url: str = "sqlite:///tailwatch.db"
+    url: str = Field("sqlite:///tailwatch.db", validate_default=True)
     password: Secret | None = None
 
     @field_validator("url")
@@ -253,6 +253,12 @@ class Config(_Model):
     storage: Storage = Field(default_factory=Storage)
     limits: Limits = Field(default_factory=Limits)
     services: list[Service] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _validate_default_storage(cls, raw: Any) -> Any:
+        # Validated like a written one, so the default SQLite file sits beside the config file.
+        return {"storage": {}} | raw if isinstance(raw, dict) else raw
 
     @field_validator("services")
     @classmethod

@@ -418,7 +418,8 @@ class SqlTableSource:
         key = f"sql:{self.config.table}"
         state = offsets.get(key) or OffsetState(file_key=key, path=self.config.table, offset=0, line=0,
                                                 cursor=None, fingerprint=None, size=None)
-        table = sa.Table(self.config.table, sa.MetaData(), autoload_with=self.engine())
+        schema, _, name = self.config.table.rpartition(".")
+        table = sa.Table(name, sa.MetaData(), schema=schema or None, autoload_with=self.engine())
         col = table.c[self.config.cursor_column]
         limit = self.limits.chunk_rows
         while True:
@@ -427,20 +428,21 @@ class SqlTableSource:
                 query = query.where(col > _decode_cursor(state.cursor))
             with self.engine().connect() as conn:
                 frame = pd.read_sql(query, conn)
-                if len(frame) > limit:
-                    last = frame[self.config.cursor_column].iloc[limit - 1]
-                    if frame[self.config.cursor_column].iloc[0] == last:
+                more = len(frame) > limit
+                if more:
+                    cursor = frame[self.config.cursor_column]
+                    if cursor.iloc[0] == cursor.iloc[limit]:
                         # One cursor value fills the chunk: read all of its rows at once.
-                        frame = pd.read_sql(sa.select(table).where(col == last), conn)
+                        frame = pd.read_sql(sa.select(table).where(col == cursor.iloc[0]), conn)
                     else:
-                        frame = frame[frame[self.config.cursor_column] != frame[self.config.cursor_column].iloc[limit]]
+                        frame = frame[cursor != cursor.iloc[limit]]
             if frame.empty:
                 return
             frame[LINE] = np.arange(state.line + 1, state.line + 1 + len(frame), dtype=np.int64)
             state = replace(state, cursor=_encode_cursor(frame[self.config.cursor_column].iloc[-1]),
                             line=state.line + len(frame))
             yield Batch(self.name, self.config.table, frame, [], state, [])
-            if len(frame) < limit:
+            if not more:
                 return
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
+from tests_support import valid_row
 
 from monitor import config as config_mod
 from monitor.contract import Reason
@@ -18,20 +19,12 @@ from monitor.runner import tick
 from storage.models import QuarantineRow
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-START = NOW - timedelta(hours=2)
 VALID = 10_000
 BAD_EACH = 50
 # Reasons a prediction file can show; bad_duration comes from latency_ms, orphan_timing from the timings.
 PREDICTION_REASONS = [Reason.invalid_encoding, Reason.unparseable, Reason.oversize_field, Reason.missing_field,
                       Reason.wrong_type, Reason.bad_timestamp, Reason.future_timestamp, Reason.unknown_status,
                       Reason.bad_duration]
-
-
-def valid_row(i: int, request_id: str | None = None) -> dict:
-    return {"request_id": request_id or f"req-{i:06d}", "ts": (START + timedelta(seconds=0.5 * i)).isoformat().replace("+00:00", "Z"),
-            "model_version": "v1", "status": ["ok", "ok", "ok", "timeout", "error"][i % 5],
-            "tenure": i % 72, "Contract": ["Month-to-month", "One year", "Two year"][i % 3],
-            "notes": "call back " * (i % 4), "latency_ms": 10.0 + i % 7}
 
 
 def bad_line(reason: Reason, i: int) -> bytes:
