@@ -276,3 +276,16 @@ class JoinPending(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     rows: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
     payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class ReferenceProfile(Base):
+    """The reference profile (bins, ranges, categories) a service's window checks compare with."""
+
+    __tablename__ = "reference_profiles"
+
+    service: Mapped[str] = mapped_column(String, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String, nullable=False)
+    source: Mapped[str] = mapped_column(String, nullable=False)  # the reference file it was built from
+    rows: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    built_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    profile: Mapped[str] = mapped_column(Text, nullable=False)  # Profile.to_json()

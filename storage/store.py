@@ -30,6 +30,7 @@ from storage.models import (
     FindingRow,
     JoinPending,
     QuarantineRow,
+    ReferenceProfile,
     SourceOffset,
     Tick,
     finite_or_none,
@@ -502,6 +503,23 @@ class Store:
                 JoinPending(service=service, kind=kind, created_at=self.clock(), rows=int(rows), payload=payload)
             )
             session.flush()
+
+    # -- reference profiles ---------------------------------------------------------------------
+
+    def save_profile(self, session: Session, service: str, fingerprint: str, source: str, rows: int,
+                     profile_json: str) -> None:
+        """Store (or replace) the reference profile of `service`."""
+        row = session.get(ReferenceProfile, service)
+        if row is None:
+            row = ReferenceProfile(service=service)
+            session.add(row)
+        row.fingerprint, row.source, row.rows = fingerprint, source, int(rows)
+        row.built_at, row.profile = self.clock(), profile_json
+        session.flush()
+
+    def load_profile(self, session: Session, service: str) -> ReferenceProfile | None:
+        """The stored reference profile of `service`, or None when none was built."""
+        return session.get(ReferenceProfile, service)
 
     # -- findings -----------------------------------------------------------------------------
 

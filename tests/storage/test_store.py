@@ -19,6 +19,7 @@ T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 TABLES = {
     "source_offsets", "ticks", "bucket_partials", "findings", "alert_state", "outbox", "quarantine",
     "join_pending",
+    "reference_profiles",
 }
 
 
@@ -41,7 +42,7 @@ def partial(minute: int, counts: dict, *, version="v1", seconds=300, segment="",
 def test_upgrade_from_empty_creates_every_table(empty_store: Store) -> None:
     assert empty_store.current_revision() is None
     empty_store.upgrade()
-    assert empty_store.current_revision() == empty_store.head_revision() == "0001"
+    assert empty_store.current_revision() == empty_store.head_revision() == "0002"
     names = set(inspect(empty_store.engine).get_table_names())
     assert names == TABLES | {"alembic_version"}
     empty_store.upgrade()  # idempotent at head
@@ -84,17 +85,11 @@ def test_downgrade_to_base_and_stamp(store: Store) -> None:
 
 
 def test_ensure_current_behind(empty_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    empty_store.upgrade()
-    # Pretend this code knows a newer head than the database has.
-    monkeypatch.setattr(
-        "alembic.script.ScriptDirectory.get_current_head", lambda self: "0002", raising=True
-    )
-    monkeypatch.setattr(
-        "alembic.script.ScriptDirectory.walk_revisions",
-        lambda self, *a, **k: [type("R", (), {"revision": r}) for r in ("0001", "0002")],
-    )
+    empty_store.upgrade("0001")  # a real older revision: this code's head is newer
     with pytest.raises(SchemaError, match="behind 0002; run `tailwatch db upgrade`"):
         empty_store.ensure_current()
+    empty_store.upgrade()
+    empty_store.ensure_current()
 
 
 # -- transactions ------------------------------------------------------------------------------
@@ -452,3 +447,14 @@ def test_sqlite_creates_parent_directory(tmp_path) -> None:
         assert (tmp_path / "a" / "b" / "tw.db").exists()
     finally:
         store.dispose()
+
+
+def test_reference_profile_round_trip_and_replace(store):
+    with store.transaction() as s:
+        assert store.load_profile(s, "churn") is None
+        store.save_profile(s, "churn", "abc", "ref.parquet", 10, '{"rows": 10}')
+    with store.transaction() as s:
+        store.save_profile(s, "churn", "def", "ref2.parquet", 20, '{"rows": 20}')
+    with store.transaction() as s:
+        row = store.load_profile(s, "churn")
+        assert (row.fingerprint, row.source, row.rows, row.profile) == ("def", "ref2.parquet", 20, '{"rows": 20}')
