@@ -31,12 +31,21 @@ DEFAULT_START = datetime(2026, 11, 2, tzinfo=UTC)
 
 # Traffic and noise parameters (documented in the README of the lead; kept here as constants).
 DAILY_AMPLITUDE = 0.35  # rate(t) = rate_per_s * (1 + A sin(2 pi (hour - 9) / 24)): low at 03:00, high at 15:00
-BURSTS_PER_HOUR = 2.0  # a client replays a backlog: a burst pinned to one replica within 20 ms
+GROUP_SHARE = 0.3  # requests that come in a client's fan-out (a CRM page scoring a list of customers):
+GROUP_MEAN = 6.0  # ... groups of 2 + Poisson(GROUP_MEAN - 2) requests on one keep-alive connection, so
+GROUP_SPREAD_S = 0.025  # ... one replica, arriving within 25 ms: what fills micro-batches at a low rate
+BURSTS_PER_HOUR = 2.0  # a client replays a backlog: a burst on one connection (replica) within 20 ms
 BURST_MEDIAN_PER_RPS = 15.0  # burst size median = this * rate_per_s
+CLIENT_BUCKET = 8  # the gateway's per-client token bucket: a burst's first 8 requests pass, the rest are
+# rejected at admission (after parse). So replays cause rejections without queueing dozens of requests
+# on one replica, and the latency tail stays made of many independent slow requests (long notes,
+# fan-out groups) rather than of a handful of bursts.
 DUP_SHARE = 0.25  # requests that repeat an earlier request's input (retries, page reloads)
 DUP_LOOKBACK = 400  # ... one of the last this many requests
 REPLAY_SHARE = 0.3  # of repeats: byte-identical replays of the raw body
 CACHE_TTL_S = 900.0
+FEATURE_MS = 1.0  # preprocess fetches the customer's account features: lognormal, median 1 ms, sigma 0.7,
+FEATURE_SIGMA = 0.7  # ... for every request, so the latency tail is made of many independent requests
 ERROR_SHARE = 0.001
 NOTES_MEDIAN = 120.0
 LONG_SHARE = 0.03
@@ -121,6 +130,12 @@ def _score(m: ChurnModel, tenure, charges, contract, internet, lens) -> np.ndarr
     return 1.0 / (1.0 + np.exp(-z))
 
 
+def _on_curve(g: np.random.Generator, hour0: float, t: np.ndarray) -> np.ndarray:
+    """Thinning: keep an event at second `t` with probability rate(t) / rate_max on the daily curve."""
+    hr = hour0 + t / 3600.0
+    return g.random(len(t)) * (1 + DAILY_AMPLITUDE) < 1 + DAILY_AMPLITUDE * np.sin(2 * np.pi * (hr - 9) / 24)
+
+
 def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = DEFAULT_START,
              hours: float = 12, rate_per_s: float = 3.0, onset_hours: float | None = None,
              chunk_rows: int = 200_000, otlp: bool = True) -> GroundTruth:
@@ -179,26 +194,39 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
     t0 = 0.0
     while t0 < dur_s:
         t1 = min(t0 + slice_s, dur_s)
-        # --- arrivals: thinned Poisson on the daily curve, plus bursts pinned to one replica
-        nc = int(g_arr.poisson(rate_max * (t1 - t0)))
+        # --- arrivals: thinned Poisson on the daily curve (single requests and fan-out groups), plus
+        # bursts pinned to one replica
+        nc = int(g_arr.poisson(rate_max * (1 - GROUP_SHARE) * (t1 - t0)))
         tc = np.sort(g_arr.uniform(t0, t1, nc))
-        hr = hour0 + tc / 3600.0
-        keep = g_arr.random(nc) * (1 + DAILY_AMPLITUDE) < 1 + DAILY_AMPLITUDE * np.sin(2 * np.pi * (hr - 9) / 24)
-        ta = tc[keep]
+        ta = tc[_on_curve(g_arr, hour0, tc)]
         rep = g_arr.integers(0, REPLICAS, len(ta))
+        ng = int(g_arr.poisson(rate_max * GROUP_SHARE / GROUP_MEAN * (t1 - t0)))
+        g_start = g_arr.uniform(t0, t1, ng)
+        g_size = 2 + g_arr.poisson(GROUP_MEAN - 2, ng)
+        g_rep = g_arr.integers(0, REPLICAS, ng)
+        g_keep = _on_curve(g_arr, hour0, g_start)
+        g_start, g_size, g_rep = g_start[g_keep], g_size[g_keep], g_rep[g_keep]
+        tg = np.minimum(np.repeat(g_start, g_size) + g_arr.uniform(0, GROUP_SPREAD_S, int(g_size.sum())),
+                        np.nextafter(t1, t0))
+        ta = np.concatenate([ta, tg])
+        rep = np.concatenate([rep, np.repeat(g_rep, g_size)])
         nb = int(g_arr.poisson(BURSTS_PER_HOUR * (1 + DAILY_AMPLITUDE) * (t1 - t0) / 3600))
         b_start = g_arr.uniform(t0, t1, nb)
-        b_keep = g_arr.random(nb) * (1 + DAILY_AMPLITUDE) < 1 + DAILY_AMPLITUDE * np.sin(
-            2 * np.pi * (hour0 + b_start / 3600.0 - 9) / 24)
+        b_keep = _on_curve(g_arr, hour0, b_start)
         b_size = np.maximum(np.rint(burst_median * np.exp(0.5 * g_arr.standard_normal(nb))), 1).astype(np.int64)
         b_rep = g_arr.integers(0, REPLICAS, nb)
         b_start, b_size, b_rep = b_start[b_keep], b_size[b_keep], b_rep[b_keep]
         tb = np.repeat(b_start, b_size) + g_arr.uniform(0, 0.02, int(b_size.sum()))
         tb = np.minimum(tb, np.nextafter(t1, t0))
+        b_id = np.repeat(np.arange(len(b_size)), b_size)
+        b_ord = np.lexsort((tb, b_id))  # by burst, then by arrival
+        b_rank = np.empty(len(tb), dtype=np.int64)
+        b_rank[b_ord] = np.arange(len(tb)) - np.repeat(np.cumsum(b_size) - b_size, b_size)
         t = np.concatenate([ta, tb])
         rep = np.concatenate([rep, np.repeat(b_rep, b_size)])
+        throttled = np.concatenate([np.zeros(len(ta), dtype=bool), b_rank >= CLIENT_BUCKET])
         order = np.argsort(t, kind="stable")
-        t, rep = t[order], rep[order]
+        t, rep, throttled = t[order], rep[order], throttled[order]
         t0 = t1
         n = len(t)
         if n == 0:
@@ -252,15 +280,18 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         ms_t = t * 1000.0
         parse = (0.15 + 0.0004 * lens) * np.exp(0.25 * g_svc.standard_normal(n))
         prep = (0.4 + 0.003 * lens) * np.exp(0.25 * g_svc.standard_normal(n))
+        prep += FEATURE_MS * np.exp(FEATURE_SIGMA * g_svc.standard_normal(n))
         post = 0.2 * np.exp(0.25 * g_svc.standard_normal(n))
         lookup = 0.05 * np.exp(0.25 * g_svc.standard_normal(n))
         exec_noise = np.exp(0.1 * g_svc.standard_normal(n))
         error = g_svc.random(n) < ERROR_SHARE
         ready = ms_t + parse + prep
         tokens = np.minimum(lens, TRUNCATE_CHARS).astype(float)
+        throttled &= ~error
         bwait, model_ms, bsize, depth, rejected = serve_chunk(
-            ready, rep, hit & ~error, ~error, tokens, exec_noise, onset_s * 1000.0, cfg_before, cfg_after,
-            carry.replicas)
+            ready, rep, hit & ~error, ~error & ~throttled, tokens, exec_noise, onset_s * 1000.0, cfg_before,
+            cfg_after, carry.replicas)
+        rejected |= throttled
         hit = hit & ~error & ~rejected
         model_ms = np.where(hit, lookup, model_ms)
 

@@ -1,6 +1,13 @@
 """The serving path of one replica: admission against a bounded queue, a micro-batcher with maximum
 batch size and maximum wait, and a single model executor. Times are float milliseconds.
 
+A batch of n requests runs for `EXEC_FIXED_MS + sum(EXEC_PER_ITEM_MS + EXEC_PER_CHAR_MS * tokens)`
+(times one noise factor per batch). A request's `model` time is its share of that run: the fixed cost
+split evenly, plus its own per-item and per-character cost (the shares sum to the run time). The rest
+of the run -- the compute spent on its batch-mates -- is counted in `batch_wait`, with the wait for the
+batch to form and for the executor to be free, so the stages still sum to the latency. Larger batches
+thus cost each request a little less model time and more batch wait.
+
 The batcher is sequential by nature; `run_replica` is one tight pass over the requests in the order
 they become ready (after parse and preprocess), carrying only `ReplicaState` across chunks.
 """
@@ -17,9 +24,14 @@ DEADLINE_MS = 150.0
 REPLICAS = 4
 
 
+EXEC_FIXED_MS = 2.5  # per batch: kernel launches, weights through the caches
+EXEC_PER_ITEM_MS = 0.35
+EXEC_PER_CHAR_MS = 0.004  # per character of `notes` after truncation
+
+
 def exec_ms(n: int, tokens: float, noise: float) -> float:
     """Model execution time of one batch of `n` requests with `tokens` characters after truncation."""
-    return (2.5 + 0.35 * n + 0.004 * tokens) * noise
+    return (EXEC_FIXED_MS + EXEC_PER_ITEM_MS * n + EXEC_PER_CHAR_MS * tokens) * noise
 
 
 @dataclass
@@ -32,12 +44,13 @@ class ReplicaState:
 def run_replica(ready: list[float], hit: list[bool], tokens: list[float], noise: list[float],
                 onset_ms: float, cfg_before: tuple[int, float], cfg_after: tuple[int, float],
                 state: ReplicaState):
-    """Returns per-request lists (batch start, exec time, batch size, queue depth, rejected), in input
-    order. Cache hits are not batched but still see (and record) the queue depth. A batch open at the
+    """Returns per-request lists (batch start, batch run time, the request's share of it, batch size,
+    queue depth, rejected), in input order. Cache hits are not batched but still see (and record) the queue depth. A batch open at the
     end of the chunk is dispatched when its wait runs out (a chunk-boundary approximation)."""
     n = len(ready)
     bstart = [0.0] * n
     bexec = [0.0] * n
+    bshare = [0.0] * n
     bsize = [0] * n
     depth = [0] * n
     rejected = [False] * n
@@ -53,13 +66,16 @@ def run_replica(ready: list[float], hit: list[bool], tokens: list[float], noise:
         nonlocal free_at, queued, cur, cur_tok
         start = close if close > free_at else free_at
         size = len(cur)
-        ex = exec_ms(size, cur_tok, noise[cur[0]])
+        f = noise[cur[0]]
+        ex = exec_ms(size, cur_tok, f)
         free_at = start + ex
         pending.append((start, size))
         queued += size
+        fixed = EXEC_FIXED_MS / size + EXEC_PER_ITEM_MS
         for j in cur:
             bstart[j] = start
             bexec[j] = ex
+            bshare[j] = (fixed + EXEC_PER_CHAR_MS * tokens[j]) * f
             bsize[j] = size
         cur = []
         cur_tok = 0.0
@@ -88,15 +104,15 @@ def run_replica(ready: list[float], hit: list[bool], tokens: list[float], noise:
         dispatch(cur_close)
     state.free_at = free_at
     state.queued = queued
-    return bstart, bexec, bsize, depth, rejected
+    return bstart, bexec, bshare, bsize, depth, rejected
 
 
 def serve_chunk(ready: np.ndarray, replica: np.ndarray, hit: np.ndarray, served: np.ndarray,
                 tokens: np.ndarray, noise: np.ndarray, onset_ms: float,
                 cfg_before: tuple[int, float], cfg_after: tuple[int, float], states: list[ReplicaState]):
     """Run every replica over its requests. `served` marks requests that reach the batcher stage
-    (not errors). Returns arrays aligned with the input: batch_wait, model, batch_size, queue_depth,
-    rejected."""
+    (not errors). Returns arrays aligned with the input: batch_wait, model (the request's share of its
+    batch's run), batch_size, queue_depth, rejected."""
     n = len(ready)
     batch_wait = np.zeros(n)
     model = np.zeros(n)
@@ -106,12 +122,13 @@ def serve_chunk(ready: np.ndarray, replica: np.ndarray, hit: np.ndarray, served:
     for r in range(len(states)):
         idx = np.flatnonzero((replica == r) & served)
         idx = idx[np.argsort(ready[idx], kind="stable")]
-        bs, be, sz, dp, rj = run_replica(ready[idx].tolist(), hit[idx].tolist(), tokens[idx].tolist(),
-                                         noise[idx].tolist(), onset_ms, cfg_before, cfg_after, states[r])
-        bs, be, sz = np.asarray(bs), np.asarray(be), np.asarray(sz, dtype=np.int64)
+        bs, be, sh, sz, dp, rj = run_replica(ready[idx].tolist(), hit[idx].tolist(), tokens[idx].tolist(),
+                                             noise[idx].tolist(), onset_ms, cfg_before, cfg_after, states[r])
+        bs, be, sh, sz = np.asarray(bs), np.asarray(be), np.asarray(sh), np.asarray(sz, dtype=np.int64)
         h = hit[idx]
-        batch_wait[idx] = np.where(h, 0.0, np.maximum(bs - ready[idx], 0.0))
-        model[idx] = np.where(h, 0.0, be)
+        # waiting for the batch to form and the executor, then for the batch-mates' share of the run
+        batch_wait[idx] = np.where(h, 0.0, np.maximum(bs - ready[idx], 0.0) + np.maximum(be - sh, 0.0))
+        model[idx] = np.where(h, 0.0, sh)
         bsize[idx] = np.where(h, 0, sz)  # cache hits skip the batcher
         depth[idx] = dp
         rejected[idx] = rj

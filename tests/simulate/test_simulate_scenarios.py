@@ -33,7 +33,7 @@ def _halves(d: Path) -> dict:
     p["after"] = pd.to_datetime(p["ts"]) >= pd.Timestamp(gt["onset"])
     labels = _read(d, "labels")
     bw = _read(d, "timings", contains='"stage":"batch_wait"')
-    return {"gt": gt, "p": p, "j": p.merge(labels, on="request_id"),
+    return {"dir": d, "gt": gt, "p": p, "j": p.merge(labels, on="request_id"),
             "bw": bw.merge(p[["request_id", "after"]], on="request_id")}
 
 
@@ -70,6 +70,20 @@ def test_slower_batching_batch_wait_rises_quality_identical(runs):
     assert r["gt"]["verdict"] == "slower"
 
 
+def test_slower_batching_batches_fill_model_time_per_request_a_little_lower(runs):
+    r = runs("slower-batching", rate=6.0)
+    p = r["p"]
+    m = _read(r["dir"], "timings", contains='"stage":"model"').merge(
+        p[["request_id", "after", "status", "cache_hit"]], on="request_id")
+    m = m[(m["status"] == "ok") & ~m["cache_hit"]]  # executed by the model, not served from the cache
+    med = m.groupby("after")["duration_ms"].median()
+    assert 0.8 * med[False] < med[True] < med[False]  # the request's share of its batch's run
+    batched = p[p["batch_size"] > 0]
+    size = batched.groupby("after")["batch_size"].mean()
+    assert size[True] > 1.3 * size[False]
+    assert batched.loc[~batched["after"], "batch_size"].max() <= 4 < batched.loc[batched["after"], "batch_size"].max()
+
+
 def test_worse_preprocessing_segment_recall_drops_overall_barely(runs):
     r = runs("worse-preprocessing")
     j, p = r["j"], r["p"]
@@ -78,7 +92,7 @@ def test_worse_preprocessing_segment_recall_drops_overall_barely(runs):
     seg_drop = _recall(before[seg[~j["after"]]]) - _recall(after[seg[j["after"]]])
     assert seg_drop >= 0.08
     assert _macro_f1(before) - _macro_f1(after) < 0.02
-    for q in (0.5, 0.9, 0.95):
+    for q in (0.5, 0.9, 0.95, 0.99):
         lat = p.groupby("after")["latency_ms"].quantile(q)
         assert abs(lat[True] / lat[False] - 1) < 0.05, q
     assert r["gt"]["verdict"] == "worse"
@@ -88,10 +102,8 @@ def test_healthy_nothing_moves(runs):
     r = runs("healthy")
     j, p, bw = r["j"], r["p"], r["bw"]
     b, a = p[~p["after"]], p[p["after"]]
-    for q in (0.5, 0.9, 0.95):
+    for q in (0.5, 0.9, 0.95, 0.99):
         assert abs(a["latency_ms"].quantile(q) / b["latency_ms"].quantile(q) - 1) < 0.05, q
-    # p99 sits in the bursty tail (a few dozen bursts per half): sampling noise there is ~10-20%
-    assert abs(a["latency_ms"].quantile(0.99) / b["latency_ms"].quantile(0.99) - 1) < 0.3
     bwq = bw.groupby("after")["duration_ms"].quantile(0.95)
     assert abs(bwq[True] / bwq[False] - 1) < 0.05
     assert abs(_macro_f1(j[j["after"]]) - _macro_f1(j[~j["after"]])) < 0.01
