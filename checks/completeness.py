@@ -1,0 +1,53 @@
+"""Completeness: how often a field has no value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.base import Finding, check
+from checks.stats import wilson
+from monitor.partials import Partial
+from monitor.profile import Profile
+
+
+@dataclass(frozen=True)
+class RateIncrease:
+    """Breach when the window's rate is, with 95% confidence, more than `max_increase` above the expected."""
+
+    max_increase: float = 0.05  # absolute, as a share of rows
+    min_n: int = 100  # rows below which the check says 'insufficient'
+
+
+@check("missing_rate", RateIncrease)
+def missing_rate(window: Partial, profile: Profile | None, baseline: Partial | None,
+                 params: RateIncrease) -> list[Finding]:
+    """Share of rows (0..1) with no value, per feature and signal, against the reference's rate.
+
+    Without a profile the trailing baseline's rate is the expected one; with neither, 'insufficient'.
+    Fields: those of the profile and those with missing values in window or baseline.
+    """
+    names = set(profile.fields) if profile is not None else set()
+    for part in (window, baseline):
+        if part is not None:
+            names |= {k.split(":", 1)[1] for k in part.counts if k.startswith("missing:")}
+    out = []
+    for name in sorted(names):
+        n, k = window.rows, window.counts[f"missing:{name}"]
+        ref = profile.fields.get(name) if profile is not None else None
+        if ref is not None and ref.n:
+            expected, source = ref.missing_rate, "reference"
+        elif baseline is not None and baseline.rows:
+            expected, source = baseline.counts[f"missing:{name}"] / baseline.rows, "baseline"
+        else:
+            expected, source = None, None
+        value = k / n if n else None
+        low, high = wilson(k, n)
+        if n < params.min_n or expected is None:
+            status = "insufficient"
+        else:
+            status = "breach" if low > expected + params.max_increase else "ok"
+        out.append(Finding("missing_rate", {"field": name}, value, status, n, baseline=expected,
+                           effect=None if value is None or expected is None else value - expected,
+                           interval=(low, high) if n else None,
+                           detail={"missing": k, "expected_from": source}))
+    return out

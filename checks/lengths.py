@@ -1,0 +1,22 @@
+"""Text lengths: the distribution of characters per text field against the reference."""
+
+from __future__ import annotations
+
+from checks.base import Finding, check
+from checks.drift import DriftThreshold, histogram_findings
+from monitor.partials import Partial
+from monitor.profile import Profile
+
+
+@check("length_distribution", DriftThreshold)
+def length_distribution(window: Partial, profile: Profile | None, baseline: Partial | None,
+                        params: DriftThreshold) -> list[Finding]:
+    """PSI / Jensen-Shannon / chi-square p of text length (characters) per text feature vs reference.
+
+    Nothing without a profile.
+    """
+    if profile is None:
+        return []
+    pairs = [({"field": f}, ref, window.hists.get(f"len:{f}")) for f, ref in sorted(profile.fields.items())
+             if ref.kind == "text"]
+    return histogram_findings("length_distribution", pairs, params)

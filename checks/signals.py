@@ -1,0 +1,51 @@
+"""Service signals: declared numeric signals (batch size, queue depth, memory...) vs trailing baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.base import Finding, check
+from checks.stats import welch_p
+from monitor.partials import Partial, Sketch
+from monitor.profile import Profile
+
+PREFIX = "signal:"
+
+
+@dataclass(frozen=True)
+class SignalThreshold:
+    """Breach when the mean moved by more than `max_rel_change` of the baseline mean and Welch's t-test
+    p-value is below `alpha`."""
+
+    max_rel_change: float = 0.25
+    alpha: float = 0.001
+    min_n: int = 30  # values in window and baseline below which the check says 'insufficient'
+
+
+@check("service_signal", SignalThreshold)
+def service_signal(window: Partial, profile: Profile | None, baseline: Partial | None,
+                   params: SignalThreshold) -> list[Finding]:
+    """Mean of each signal (its own unit) vs the trailing baseline mean; effect = relative change.
+
+    p95 of both in detail. 'insufficient' without a baseline with enough values.
+    """
+    keys = sorted(k for k in window.sketches.keys() | (baseline.sketches.keys() if baseline else set())
+                  if k.startswith(PREFIX))
+    out = []
+    for key in keys:
+        w = window.sketches.get(key, Sketch())
+        b = baseline.sketches.get(key, Sketch()) if baseline is not None else Sketch()
+        value, base = w.mean, b.mean
+        rel = (value - base) / abs(base) if value is not None and base else None
+        p = None
+        if w.count < params.min_n or b.count < params.min_n:
+            status = "insufficient"
+        else:
+            p = welch_p(value, w.var, w.count, base, b.var, b.count)
+            moved = rel is None and value != base or rel is not None and abs(rel) > params.max_rel_change
+            status = "breach" if moved and p < params.alpha else "ok"
+        out.append(Finding("service_signal", {"signal": key.removeprefix(PREFIX)}, value, status, w.count,
+                           baseline=base, effect=rel, p_value=p,
+                           detail={"p95": w.quantile(0.95), "baseline_p95": b.quantile(0.95),
+                                   "baseline_n": b.count}))
+    return out

@@ -1,0 +1,110 @@
+"""Shared math of the checks: proportion intervals, histogram distances and tests, multiple testing."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+Z95 = 1.959963984540054
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of the proportion k/n (95% by default); (0, 1) when n is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _fill_zeroes(p: np.ndarray) -> np.ndarray:
+    # As Evidently's get_binned_data: empty bins get 1e-4, or 1e-6 of the smallest share if that is smaller.
+    nonzero = p[p > 0]
+    if not len(nonzero):
+        return p
+    floor = nonzero.min() / 1e6 if nonzero.min() <= 1e-4 else 1e-4
+    return np.where(p == 0, floor, p)
+
+
+def shares(counts) -> np.ndarray:
+    c = np.asarray(counts, dtype=float)
+    total = c.sum()
+    return c / total if total else c
+
+
+def psi(reference, current) -> float:
+    """Population stability index of two histograms on the same bins (empty bins smoothed as Evidently);
+    NaN when either histogram is empty."""
+    if not np.sum(reference) or not np.sum(current):
+        return math.nan
+    r, c = _fill_zeroes(shares(reference)), _fill_zeroes(shares(current))
+    return float(np.sum((r - c) * np.log(r / c)))
+
+
+def jensen_shannon(reference, current) -> float:
+    """Jensen-Shannon distance (natural log, 0..sqrt(ln 2)) of two histograms on the same bins; NaN when
+    either histogram is empty."""
+    if not np.sum(reference) or not np.sum(current):
+        return math.nan
+    r, c = shares(reference), shares(current)
+    m = (r + c) / 2
+
+    def kl(p: np.ndarray) -> float:
+        ok = p > 0
+        return float(np.sum(p[ok] * np.log(p[ok] / m[ok])))
+
+    return math.sqrt(max((kl(r) + kl(c)) / 2, 0.0))
+
+
+def chi2_two_sample(reference, current) -> tuple[float, float]:
+    """Chi-square test that two histograms come from one distribution: (statistic, p-value).
+
+    Both samples count as samples (a contingency table), so a small reference is not taken as truth.
+    Bins empty in both are dropped; (0, 1) when fewer than two bins remain.
+    """
+    table = np.vstack([np.asarray(reference, float), np.asarray(current, float)])
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
+        return 0.0, 1.0
+    res = stats.chi2_contingency(table, correction=False)
+    return float(res.statistic), float(res.pvalue)
+
+
+def bh(p_values: list[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (scipy.stats.false_discovery_control)."""
+    if not p_values:
+        return []
+    return [float(p) for p in stats.false_discovery_control(np.asarray(p_values, dtype=float), method="bh")]
+
+
+def welch_p(mean_a: float, var_a: float, n_a: int, mean_b: float, var_b: float, n_b: int) -> float:
+    """Two-sided p-value of Welch's t-test from summary statistics; 1.0 when it cannot be computed."""
+    if n_a < 2 or n_b < 2:
+        return 1.0
+    se = math.sqrt(var_a / n_a + var_b / n_b)
+    if se == 0:
+        return 1.0 if mean_a == mean_b else 0.0
+    res = stats.ttest_ind_from_stats(mean_a, math.sqrt(var_a), n_a, mean_b, math.sqrt(var_b), n_b, equal_var=False)
+    return float(res.pvalue)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A window histogram against a reference histogram on the same bins."""
+
+    psi: float
+    js: float
+    chi2: float
+    p_value: float
+    n: int  # window count
+
+
+def compare(reference, current) -> Comparison:
+    cur = np.asarray(current, dtype=float)
+    chi2, p = chi2_two_sample(reference, cur)
+    return Comparison(psi(reference, cur), jensen_shannon(reference, cur), chi2, p, int(cur.sum()))

@@ -1,0 +1,266 @@
+"""Bucket partials: what fold counts, sketch accuracy, serialization, and the merge laws (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+from ddsketch import DDSketch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor.config import Schema
+from monitor.partials import ALL, LATENCY, MIXED, UNSEEN_KEEP, Partial, Sketch, fold, merge_all, merge_bytes
+from monitor.profile import build_profile
+
+T0 = pd.Timestamp("2026-03-01T00:00:00Z")
+SCHEMA = Schema(features={"x": "numeric", "c": "categorical", "t": "text"}, signals=["queue_depth"],
+                classes=["yes", "no"], segments=["region"])
+PROFILE = build_profile(pd.DataFrame({
+    "x": np.linspace(0, 100, 101), "c": ["a", "b", "c"] * 33 + ["a", "a"], "t": ["abc", "abcdef", ""] * 33 + ["", ""],
+    "prediction": ["yes", "no"] * 50 + ["yes"], "score_yes": np.linspace(0, 1, 101)}), SCHEMA)
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    n = len(rows)
+    f = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["minute"])
+    out = pd.DataFrame({
+        "request_id": [f"r{i}" for i in range(n)],
+        "ts": T0 + pd.to_timedelta(f["minute"].to_numpy(dtype=float), unit="min"),
+        "model_version": f.get("mv", pd.Series(["v1"] * n)).to_numpy(),
+        "status": f.get("status", pd.Series(["ok"] * n)).to_numpy(),
+        "joined": [True] * n, "stage_rows": [1] * n,
+    })
+    for col in f.columns:
+        if col not in ("minute", "mv", "status"):
+            out[col] = f[col].to_numpy()
+    return out
+
+
+def by_key(rows) -> dict:
+    out: dict = {}
+    for r in rows:
+        key = (r.model_version, r.bucket_start, r.segment)
+        p = Partial.from_bytes(r.payload)
+        out[key] = out[key].merge(p) if key in out else p
+    return out
+
+
+def norm(p: Partial) -> tuple:
+    """Everything exact, float sums rounded (addition order changes their last bits)."""
+    sk = {k: (s.pos, s.neg, s.zero, s.count, s.min, s.max, round(s.sum, 6), round(s.sumsq, 3))
+          for k, s in sorted(p.sketches.items())}
+    return dict(p.counts), p.hists, sk, p.unseen, p.profile
+
+
+# -- what fold counts --------------------------------------------------------------------------------
+
+def test_fold_without_schema_keeps_counts_statuses_and_latency():
+    f = frame([{"minute": m, "status": s, "latency_ms": 10.0 * (m + 1)} for m, s in
+               [(0, "ok"), (1, "error"), (2, "timeout"), (7, "ok")]])
+    rows = fold(f, timedelta(minutes=5), [], timed=False)
+    assert [(r.rows, r.segment) for r in rows] == [(3, ALL), (1, ALL)]
+    p = Partial.from_bytes(rows[0].payload)
+    assert p.counts == Counter({"rows": 3, "status:ok": 1, "status:error": 1, "status:timeout": 1})
+    assert p.sketches[LATENCY].count == 3 and p.sketches[LATENCY].max == 30.0 and not p.hists
+
+
+def test_fold_with_profile_counts_ranges_unseen_hists_cache_stages_signals():
+    f = frame([
+        {"minute": 0, "x": 50.0, "c": "a", "t": "abc", "cache_hit": True, "stage.model": 0.0, "queue_depth": 3.0,
+         "prediction": "yes", "score_yes": 0.9, "region": "eu"},
+        {"minute": 1, "x": -1.0, "c": "zzz", "t": None, "cache_hit": False, "stage.model": 2.0, "queue_depth": None,
+         "prediction": "no", "score_yes": 0.1, "region": "us"},
+        {"minute": 2, "x": math.inf, "c": None, "t": "x" * 500, "cache_hit": None, "stage.model": np.nan,
+         "queue_depth": 5.0, "prediction": "maybe", "score_yes": None, "region": None},
+        {"minute": 3, "x": math.nan, "c": "zzz", "t": "", "cache_hit": True, "stage.model": 0.0, "queue_depth": 4.0,
+         "prediction": "yes", "score_yes": 0.5, "region": "eu"},
+    ])
+    rows = fold(f, timedelta(minutes=5), ["region"], timed=True, schema=SCHEMA, profile=PROFILE)
+    segments = {r.segment: Partial.from_bytes(r.payload) for r in rows}
+    assert set(segments) == {ALL, "region=eu", "region=us", "region=<missing>"}
+    p = segments[ALL]
+    c = p.counts
+    assert (c["missing:x"], c["missing:c"], c["missing:t"], c["missing:queue_depth"]) == (1, 1, 1, 1)
+    assert (c["below:x"], c["above:x"], c["unseen:c"]) == (1, 1, 2)
+    assert (c["cache:hit"], c["cache:miss"], c["joined"], c["stage_rows"]) == (2, 1, 4, 4)
+    assert p.unseen == {"c": Counter({"zzz": 2})}
+    assert sum(p.hists["x"]) == 3 and sum(p.hists["c"]) == 3 and p.hists["c"][-1] == 2
+    assert sum(p.hists["len:t"]) == 3 and sum(p.hists["prediction"]) == 4 and sum(p.hists["score:yes"]) == 3
+    assert p.sketches["stage.model"].zero == 2 and p.sketches["stage.model"].count == 3
+    assert p.sketches["stage.model"].quantile(0.5) == 0.0
+    assert p.sketches["signal:queue_depth"].sum == 12.0 and p.profile == PROFILE.fingerprint
+    assert segments["region=eu"].rows == 2 and segments["region=us"].counts["unseen:c"] == 1
+
+
+def test_fold_resolves_a_reference_path(tmp_path):
+    path = tmp_path / "ref.csv"
+    pd.DataFrame({"x": [1.0, 2.0, 3.0], "c": ["a", "b", "a"], "t": ["x", "yy", ""]}).to_csv(path, index=False)
+
+    class Ref:  # what config.Reference looks like to fold
+        def __init__(self, p):
+            self.path = p
+
+    rows = fold(frame([{"minute": 0, "x": 9.0, "c": "q", "t": "z"}]), timedelta(minutes=5), [], False,
+                schema=SCHEMA, profile=Ref(path))
+    p = Partial.from_bytes(rows[0].payload)
+    assert p.counts["above:x"] == 1 and p.counts["unseen:c"] == 1
+
+
+def test_empty_frame_folds_to_nothing():
+    assert fold(pd.DataFrame(), timedelta(minutes=5), [], False, schema=SCHEMA, profile=PROFILE) == []
+
+
+def test_old_payloads_still_read():
+    p = Partial.from_bytes(json.dumps({"counts": {"rows": 3, "status:ok": 3}}).encode())
+    assert p.rows == 3 and p.hists == {} and p.sketches == {} and p.profile == ""
+
+
+# -- sketches --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values", [
+    np.random.default_rng(0).lognormal(3, 1, 5000),
+    np.concatenate([np.zeros(100), np.random.default_rng(1).uniform(0, 50, 900)]),
+    np.random.default_rng(2).normal(0, 10, 2000),
+    np.array([7.0]),
+])
+def test_sketch_quantiles_match_ddsketch(values):
+    ours, ref = Sketch.of(values), DDSketch(0.01)
+    for v in values:
+        ref.add(float(v))
+    for q in (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0):
+        assert ours.quantile(q) == pytest.approx(ref.get_quantile_value(q), rel=1e-9, abs=1e-12)
+        exact = float(np.quantile(values, q, method="lower"))
+        assert abs(ours.quantile(q) - exact) <= 0.0101 * abs(exact) + 1e-12
+    assert ours.count == len(values) and ours.sum == pytest.approx(values.sum())
+
+
+def test_sketch_skips_non_finite_and_empty_is_none():
+    s = Sketch.of(np.array([np.nan, np.inf, -np.inf, 1.0]))
+    assert s.count == 1 and s.quantile(0.5) == pytest.approx(1.0, rel=0.01)
+    assert Sketch().quantile(0.5) is None and Sketch().mean is None and Sketch.of(np.array([])).count == 0
+
+
+def test_serialized_size_is_compact():
+    f = frame([{"minute": i % 5, "latency_ms": float(v), "x": float(v % 100), "c": "abc"[i % 3], "t": "w" * (i % 9)}
+               for i, v in enumerate(np.random.default_rng(0).lognormal(3, 1, 20000))])
+    rows = fold(f, timedelta(minutes=5), [], False, schema=SCHEMA, profile=PROFILE)
+    assert len(rows[0].payload) < 8000
+
+
+# -- merge laws ------------------------------------------------------------------------------------
+
+row_strategy = st.fixed_dictionaries({
+    "minute": st.integers(0, 14),
+    "mv": st.sampled_from(["v1", "v2"]),
+    "status": st.sampled_from(["ok", "ok", "timeout", "error", "rejected"]),
+    "x": st.one_of(st.none(), st.floats(-20, 120), st.sampled_from([math.inf, -math.inf, math.nan])),
+    "c": st.one_of(st.none(), st.sampled_from(["a", "b", "c"]), st.text("pqrs", min_size=1, max_size=3)),
+    "t": st.one_of(st.none(), st.text("ab ", max_size=12)),
+    "latency_ms": st.one_of(st.floats(0, 5000), st.just(math.nan)),
+    "stage.model": st.one_of(st.just(0.0), st.floats(0, 100)),
+    "queue_depth": st.one_of(st.none(), st.floats(-10, 10)),
+    "cache_hit": st.sampled_from([True, False, None]),
+    "prediction": st.sampled_from(["yes", "no"]),
+    "score_yes": st.floats(0, 1),
+    "region": st.sampled_from(["eu", "us", None]),
+})
+rows_strategy = st.lists(row_strategy, min_size=1, max_size=40)
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def folded(rows: list[dict]) -> dict:
+    return by_key(fold(frame(rows), timedelta(minutes=5), ["region"], True, schema=SCHEMA, profile=PROFILE))
+
+
+@FAST
+@given(rows_strategy, st.data())
+def test_folding_the_parts_of_a_split_equals_folding_the_whole(rows, data):
+    cut = data.draw(st.integers(0, len(rows)))
+    whole = folded(rows)
+    parts = [folded(rows[:cut]), folded(rows[cut:])] if 0 < cut < len(rows) else [whole]
+    merged: dict = {}
+    for part in parts:
+        for key, p in part.items():
+            merged[key] = merged[key].merge(p) if key in merged else p
+    assert set(merged) == set(whole)
+    for key in whole:
+        assert norm(merged[key]) == norm(whole[key])
+
+
+def partials() -> st.SearchStrategy[Partial]:
+    return rows_strategy.map(lambda rows: merge_all(p for (_, _, s), p in folded(rows).items() if s == ALL))
+
+
+@FAST
+@given(partials(), partials(), partials())
+def test_merge_is_associative_and_commutative_with_an_identity(a, b, c):
+    assert norm(a.merge(b)) == norm(b.merge(a))
+    assert norm(a.merge(b).merge(c)) == norm(a.merge(b.merge(c)))
+    assert norm(a.merge(Partial())) == norm(a) == norm(Partial().merge(a))
+    assert norm(Partial.from_bytes(a.to_bytes())) == norm(a)
+    assert norm(Partial.from_bytes(merge_bytes(a.to_bytes(), b.to_bytes()))) == norm(a.merge(b))
+
+
+def test_unseen_values_are_bounded_and_merge_exactly():
+    values = [f"new{i}" for i in range(3 * UNSEEN_KEEP)] * 2
+    rows = [{"minute": 0, "c": v} for v in values]
+    whole = folded(rows)[("v1", T0.to_pydatetime(), ALL)]
+    assert len(whole.unseen["c"]) == UNSEEN_KEEP and all(n == 2 for n in whole.unseen["c"].values())
+    assert whole.counts["unseen:c"] == len(values)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        order = rng.permutation(len(rows))
+        chunks = np.array_split(order, 4)
+        parts = [folded([rows[i] for i in chunk])[("v1", T0.to_pydatetime(), ALL)] for chunk in chunks]
+        assert merge_all(parts).unseen == whole.unseen
+
+
+def test_partials_from_different_profiles_drop_histograms_associatively():
+    other = build_profile(pd.DataFrame({"x": [1.0, 2.0], "c": ["a", "b"], "t": ["a", "b"]}), SCHEMA)
+    f = frame([{"minute": 0, "x": 1.0, "c": "a", "t": "a"}])
+    a = Partial.from_bytes(fold(f, timedelta(minutes=5), [], False, schema=SCHEMA, profile=PROFILE)[0].payload)
+    b = Partial.from_bytes(fold(f, timedelta(minutes=5), [], False, schema=SCHEMA, profile=other)[0].payload)
+    c = Partial.from_bytes(fold(f, timedelta(minutes=5), [], False, schema=SCHEMA)[0].payload)
+    assert a.merge(a).hists and a.merge(a).profile == PROFILE.fingerprint
+    for x, y, z in [(a, b, c), (a, a, b), (c, a, a), (b, c, a)]:
+        left, right = x.merge(y).merge(z), x.merge(y.merge(z))
+        assert norm(left) == norm(right) and left.profile == MIXED and left.hists == {}
+    assert a.merge(b).rows == 2 and a.merge(b).counts["missing:x"] == 0
+
+
+# -- one tick through the runner with a reference configured ----------------------------------------
+
+def test_a_tick_with_a_reference_stores_histograms_sketches_and_findings_inputs(store, tmp_path):
+    from datetime import UTC, datetime
+
+    from monitor import config as config_mod
+    from monitor.runner import tick
+
+    now = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
+    (tmp_path / "p").mkdir()
+    rng = np.random.default_rng(0)
+    lines = [json.dumps({"request_id": f"q{i}", "ts": (now - timedelta(minutes=30) + timedelta(seconds=i)).isoformat(),
+                         "model_version": "v1", "status": "ok", "x": float(rng.normal(50, 10)), "c": "abc"[i % 3],
+                         "t": "w" * (i % 7), "latency_ms": float(rng.lognormal(3, 0.3)), "cache_hit": i % 2 == 0,
+                         "queue_depth": float(i % 5)}) for i in range(300)]
+    (tmp_path / "p" / "part-0.jsonl").write_text("\n".join(lines) + "\n")
+    pd.DataFrame({"x": rng.normal(50, 10, 1000), "c": rng.choice(list("abc"), 1000),
+                  "t": ["w" * k for k in rng.integers(0, 7, 1000)]}).to_csv(tmp_path / "ref.csv", index=False)
+    cfg = config_mod.parse({"storage": {"url": "sqlite:///unused.db"}, "services": [{
+        "name": "svc", "sources": {"predictions": {"kind": "files", "path": str(tmp_path / "p")}},
+        "schema": {"features": {"x": "numeric", "c": "categorical", "t": "text"}, "signals": ["queue_depth"]},
+        "reference": {"path": str(tmp_path / "ref.csv")}, "join": {"lateness": "0s"}}]})
+    [report] = tick(cfg, store, now)
+    assert report.status == "ok", report.error
+    with store.transaction() as s:
+        rows = store.load_partials(s, "svc", now - timedelta(days=1), now, segment=ALL)
+    window = merge_all(Partial.from_bytes(r.payload) for r in rows)
+    assert window.rows == 300 and sum(window.hists["x"]) == 300 and sum(window.hists["len:t"]) == 300
+    assert window.sketches[LATENCY].count == 300 and window.sketches["signal:queue_depth"].count == 300
+    assert window.counts["cache:hit"] == 150 and window.profile
