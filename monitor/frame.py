@@ -44,7 +44,11 @@ def join(predictions: pd.DataFrame, timings: pd.DataFrame | None, now: datetime,
         timings = pd.DataFrame({"request_id": pd.Series(dtype=object), "stage": pd.Series(dtype=object),
                                 "duration_ms": pd.Series(dtype=float), ARRIVED: pd.Series(dtype="datetime64[ns, UTC]")})
     before = len(predictions)
-    predictions = predictions.drop_duplicates("request_id", keep="first") if before else predictions
+    if before:
+        # Filter (a copy of every column) only when there is a repeat: usually there is none.
+        repeated = predictions["request_id"].duplicated(keep="first").to_numpy()
+        if repeated.any():
+            predictions = predictions[~repeated]
     duplicates = before - len(predictions)
     if timings is None:
         ready = predictions.assign(joined=False, stage_rows=0)

@@ -17,7 +17,7 @@ from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
 from monitor.frame import ARRIVED, from_blobs, join, to_blob
 from monitor.partials import fold, merge_bytes
-from monitor.sources import Batch, open_source
+from monitor.sources import LINE, Batch, open_source
 from monitor.validate import validate
 from storage.store import Store
 
@@ -114,7 +114,7 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
         for _, row in joined.orphans.iterrows():
             rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row)))
         ready = joined.ready
-        partials = fold(ready, service.buckets.size, service.schema_.segments, timed=time_source is not None)
+        partials = fold(ready, service.buckets.size, service.schema_.segments, timed=time_source is not None, schema=service.schema_, profile=service.reference)
 
         with store.transaction() as session:
             store.add_quarantine(session, [
@@ -158,11 +158,24 @@ def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Con
     report.events += [f"{batch.file}: {e}" for e in batch.events]
     rejects += [(kind, batch.source, r) for r in batch.rejects]
     accepted, bad = validate(kind, batch.frame, batch.file, service.schema_, config.limits, now)
+    if batch.table is not None:
+        # Rows parsed into Arrow are checked there; `frame` then holds the few rows whose types differ.
+        main, main_bad = validate(kind, batch.table, batch.file, service.schema_, config.limits, now)
+        if len(main) and len(accepted):
+            accepted = pd.concat([main, accepted], ignore_index=True).sort_values(LINE, kind="stable", ignore_index=True)
+        elif not len(accepted):
+            accepted = main
+        bad = sorted(main_bad + bad, key=_line_of) if bad else main_bad
     rejects += [(kind, batch.source, r) for r in bad]
     report.accepted[kind.value] += len(accepted)
     accepted[ARRIVED] = pd.Timestamp(now)
     accepted["_source"] = batch.file
     return accepted
+
+
+def _line_of(reject: Reject) -> int:
+    tail = reject.position.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 def _concat(a: pd.DataFrame, b: pd.DataFrame | None) -> pd.DataFrame:

@@ -11,9 +11,11 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import re
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,8 +34,12 @@ from storage.store import OffsetState
 LINE = "_line"  # column carrying each row's 1-based line (or row) number within its file
 OVERSIZE = "_oversize"  # present, and true on a row, when one of its text fields passes limits.max_field_chars
 FINGERPRINT_BYTES = 256
-_JSON_BLOCK_LINES = 16_384  # a bad line costs a re-parse of at most ~2x this many lines
-_READ_OPTIONS = pajson.ReadOptions(block_size=4 << 20)
+_JSON_BLOCK_LINES = 4096  # lines per parse call; a bad line costs a re-parse of at most this many lines
+_ERROR_ROW = re.compile(r"in row (\d+)$")
+# Text is read in stretches of at most this many bytes whatever limits.chunk_bytes says: parsed and
+# validated, a stretch takes ~8-10x its size in memory, and 32 MiB parses as fast as 128 MiB.
+_MAX_TEXT_CHUNK = 32 << 20
+_WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while parsing a block
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -43,14 +49,15 @@ class Batch:
 
     source: str
     file: str  # file name (or table name) used in quarantine positions
-    frame: pd.DataFrame  # raw parsed rows, with LINE
+    frame: pd.DataFrame  # raw parsed rows, with LINE (with `table`: the few rows whose types differ from it)
     rejects: list[Reject]
     offset: OffsetState  # the state to commit once this batch's results are stored
     events: list[str] = field(default_factory=list)  # e.g. "truncated", "replaced"
+    table: pa.Table | None = None  # raw parsed rows kept in Arrow (JSONL, Parquet), with LINE
 
     @property
     def rows_read(self) -> int:
-        return len(self.frame) + len(self.rejects)
+        return len(self.frame) + len(self.rejects) + (self.table.num_rows if self.table is not None else 0)
 
 
 def file_format(path: Path, declared: str) -> str:
@@ -129,11 +136,11 @@ class DirectorySource:
                 continue
             table = pa.Table.from_batches([rb]).slice(max(0, state.line - start))
             first = max(start, state.line)
-            frame = _to_frame([table], self.limits.max_field_chars)
-            frame[LINE] = np.arange(first + 1, row + 1, dtype=np.int64)
+            table = _flag_oversize(table, self.limits.max_field_chars)
+            table = table.append_column(LINE, pa.array(np.arange(first + 1, row + 1, dtype=np.int64)))
             size = path.stat().st_size
-            yield Batch(self.name, path.name, frame, [],
-                        replace(state, line=row, offset=size, size=size), events)
+            yield Batch(self.name, path.name, _empty_frame(), [],
+                        replace(state, line=row, offset=size, size=size), events, table)
             events = []
 
     def _read_lines(self, path: Path, state: OffsetState, events: list[str], fmt: str) -> Iterator[Batch]:
@@ -142,19 +149,20 @@ class DirectorySource:
             header = _first_line(path)
             if header is None:
                 return  # header not complete yet
-        for buf, offset in _complete_chunks(path, state.offset, self.limits.chunk_bytes):
+        for buf, offset in _complete_chunks(path, state.offset, min(self.limits.chunk_bytes, _MAX_TEXT_CHUNK)):
             if state.offset == 0 and buf.startswith(_BOM):
                 buf = buf[len(_BOM):]
             first_line = state.line
             skip_header = fmt == "csv" and state.offset == 0
+            table = None
             if fmt == "jsonl":
-                frame, rejects, lines = parse_jsonl(buf, first_line, path.name, self.limits)
+                table, frame, rejects, lines = _parse_jsonl_parts(buf, first_line, path.name, self.limits)
             elif fmt == "otlp":
                 frame, rejects, lines = parse_otlp_lines(buf, first_line, path.name)
             else:
                 frame, rejects, lines = parse_csv(buf, header, skip_header, first_line, path.name, self.limits)
             state = replace(state, offset=offset, line=first_line + lines, size=offset)
-            yield Batch(self.name, path.name, frame, rejects, state, events)
+            yield Batch(self.name, path.name, frame, rejects, state, events, table)
             events = []
 
 
@@ -185,9 +193,16 @@ def _complete_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tupl
     A last line without its newline is left for a later read: it may still be being written.
     """
     pieces = _gzip_pieces(path, offset) if path.suffix == ".gz" else _plain_pieces(path, offset)
-    carry = b""
+    # Pieces are gathered in a list and joined once per chunk: `carry += piece` would copy the growing
+    # chunk again for every piece.
+    parts: list[bytes] = []
+    size = 0
     for piece in pieces:
-        carry += piece
+        parts.append(piece)
+        size += len(piece)
+        if size < chunk_bytes:
+            continue
+        carry = b"".join(parts)
         while len(carry) >= chunk_bytes:
             cut = carry.rfind(b"\n", 0, chunk_bytes) + 1
             if cut == 0:  # one line longer than a chunk: hand it over whole, the parser quarantines it
@@ -197,9 +212,11 @@ def _complete_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tupl
             offset += cut
             yield carry[:cut], offset
             carry = carry[cut:]
+        parts, size = [carry], len(carry)
+    carry = b"".join(parts)
     cut = carry.rfind(b"\n") + 1
     if cut:
-        yield carry[:cut], offset + cut
+        yield carry if cut == len(carry) else carry[:cut], offset + cut
 
 
 def _plain_pieces(path: Path, offset: int, size: int = 16 << 20) -> Iterator[bytes]:
@@ -238,6 +255,17 @@ def _line_bounds(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
+def _is_utf8(buf: bytes) -> bool:
+    """Whether all of `buf` is UTF-8, checked by Arrow's validator (no decoded copy of the buffer)."""
+    data = pa.py_buffer(buf)
+    offsets = pa.py_buffer(np.array([0, len(buf)], dtype=np.int64).tobytes())
+    try:
+        pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, data]).cast(pa.large_string())
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
 def _bad_utf8_lines(buf: bytes, starts: np.ndarray) -> set[int]:
     """Indexes of lines holding bytes that are not UTF-8 (decoding stops at each and resumes after its line)."""
     bad: set[int] = set()
@@ -255,9 +283,24 @@ def _bad_utf8_lines(buf: bytes, starts: np.ndarray) -> set[int]:
 
 
 def parse_jsonl(buf: bytes, first_line: int, file: str, limits: Limits) -> tuple[pd.DataFrame, list[Reject], int]:
-    """Parse whole JSON Lines with pyarrow; a bad line is isolated by bisection, not by a slow path.
+    """Parse whole JSON Lines with pyarrow; a bad line is isolated by the row pyarrow names, not by a slow path.
 
     Returns the rows (with LINE), the rejected lines, and the number of lines consumed.
+    """
+    table, odd, rejects, n = _parse_jsonl_parts(buf, first_line, file, limits)
+    if table is None:
+        return odd, rejects, n
+    frame = table.to_pandas()
+    if len(odd):
+        frame = pd.concat([frame, odd], ignore_index=True).sort_values(LINE, kind="stable", ignore_index=True)
+    return frame, rejects, n
+
+
+def _parse_jsonl_parts(buf: bytes, first_line: int, file: str,
+                       limits: Limits) -> tuple[pa.Table | None, pd.DataFrame, list[Reject], int]:
+    """JSON Lines as (rows in one Arrow table, the few rows whose field types differ from it, rejects, lines).
+
+    Blocks of lines are parsed on a thread pool; rows and rejects keep the order of their lines.
     """
     starts, ends = _line_bounds(buf)
     n = len(ends)
@@ -273,38 +316,92 @@ def parse_jsonl(buf: bytes, first_line: int, file: str, limits: Limits) -> tuple
     for i in np.flatnonzero(lengths > line_cap):
         skip[i] = True
         rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:starts[i] + 400])))
-    for i in sorted(_bad_utf8_lines(buf, starts)):
-        if not skip[i]:
-            skip[i] = True
-            rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding, excerpt(buf[starts[i]:ends[i]])))
+    if not _is_utf8(buf):
+        for i in sorted(_bad_utf8_lines(buf, starts)):
+            if not skip[i]:
+                skip[i] = True
+                rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding,
+                                      excerpt(buf[starts[i]:ends[i]])))
 
-    tables: list[pa.Table] = []
-    for block_start in range(0, n, _JSON_BLOCK_LINES):
-        idx = np.arange(block_start, min(n, block_start + _JSON_BLOCK_LINES))
-        idx = idx[~skip[idx]]
-        if len(idx):
-            _parse_json_block(buf, starts, ends, idx, first_line, file, tables, rejects)
-    return _to_frame(tables, limits.max_field_chars), rejects, n
+    blocks = [idx[~skip[idx]] for idx in
+              (np.arange(b, min(n, b + _JSON_BLOCK_LINES)) for b in range(0, n, _JSON_BLOCK_LINES))]
+    blocks = [idx for idx in blocks if len(idx)]
+    view = memoryview(buf)
+
+    def parse(idx: np.ndarray) -> tuple[list[pa.Table], list[Reject]]:
+        tables: list[pa.Table] = []
+        bad: list[Reject] = []
+        _parse_json_block(buf, view, starts, ends, idx, first_line, file, tables, bad)
+        return tables, bad
+
+    if len(blocks) > 1 and _WORKERS > 1:
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            results = list(pool.map(parse, blocks))
+    else:
+        results = [parse(idx) for idx in blocks]
+    tables = [t for ts, _ in results for t in ts]
+    rejects += [r for _, bad in results for r in bad]
+    table, odd = _combine(tables, limits.max_field_chars)
+    return table, odd, rejects, n
 
 
-def _parse_json_block(buf, starts, ends, idx, first_line, file, tables, rejects) -> None:
-    contiguous = idx[-1] - idx[0] + 1 == len(idx)
-    data = buf[starts[idx[0]]:ends[idx[-1]] + 1] if contiguous else b"\n".join(buf[starts[i]:ends[i]] for i in idx) + b"\n"
-    try:
-        table = pajson.read_json(io.BytesIO(data), read_options=_READ_OPTIONS)
+def _read_block(data) -> pa.Table:
+    # One block per call, read on this thread: pyarrow's "in row N" then counts from the first line given.
+    return pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(
+        use_threads=False, block_size=max(len(data) + 1, 1 << 16)))
+
+
+def _parse_json_block(buf, view, starts, ends, idx, first_line, file, tables, rejects) -> None:
+    """Parse lines `idx`; a line pyarrow refuses is set aside (parsed alone or rejected) and the rest go on."""
+    while len(idx):
+        contiguous = idx[-1] - idx[0] + 1 == len(idx)
+        data = (view[starts[idx[0]]:ends[idx[-1]] + 1] if contiguous
+                else b"\n".join(buf[starts[i]:ends[i]] for i in idx) + b"\n")
+        try:
+            table = _read_block(data)
+        except pa.ArrowInvalid as exc:
+            if len(idx) == 1:
+                i = int(idx[0])
+                rejects.append(_reject_line(buf[starts[i]:ends[i]], first_line + i + 1, file, exc))
+                return
+            found = _ERROR_ROW.search(str(exc))
+            row = int(found.group(1)) if found else -1
+            if not 0 <= row < len(idx):
+                _bisect_json_block(buf, view, starts, ends, idx, first_line, file, tables, rejects)
+                return
+            # The rows before it parsed; the named row alone either parses (its field types differ from
+            # its neighbours': validation decides) or is rejected; parsing resumes after it.
+            if row:
+                _parse_json_block(buf, view, starts, ends, idx[:row], first_line, file, tables, rejects)
+            _parse_json_block(buf, view, starts, ends, idx[row:row + 1], first_line, file, tables, rejects)
+            idx = idx[row + 1:]
+            continue
         if table.num_rows != len(idx):
-            raise pa.ArrowInvalid("row count differs from line count")
-    except pa.ArrowInvalid as exc:
-        if len(idx) == 1:
-            i = int(idx[0])
-            rejects.append(Reject(f"{file}:{first_line + i + 1}", _classify_json(buf[starts[i]:ends[i]], exc),
-                                  excerpt(buf[starts[i]:ends[i]])))
+            _bisect_json_block(buf, view, starts, ends, idx, first_line, file, tables, rejects)
             return
-        half = len(idx) // 2
-        _parse_json_block(buf, starts, ends, idx[:half], first_line, file, tables, rejects)
-        _parse_json_block(buf, starts, ends, idx[half:], first_line, file, tables, rejects)
+        tables.append(table.append_column(LINE, pa.array(idx + first_line + 1, type=pa.int64())))
         return
-    tables.append(table.append_column(LINE, pa.array(idx + first_line + 1, type=pa.int64())))
+
+
+def _bisect_json_block(buf, view, starts, ends, idx, first_line, file, tables, rejects) -> None:
+    """Halves until each half parses with one row per line (pyarrow named no row, or rows went missing)."""
+    if len(idx) == 1:
+        i = int(idx[0])
+        rejects.append(_reject_line(buf[starts[i]:ends[i]], first_line + i + 1, file, None))
+        return
+    half = len(idx) // 2
+    _parse_json_block(buf, view, starts, ends, idx[:half], first_line, file, tables, rejects)
+    _parse_json_block(buf, view, starts, ends, idx[half:], first_line, file, tables, rejects)
+
+
+def _reject_line(line: bytes, number: int, file: str, exc: Exception | None) -> Reject:
+    """The Reject for one line pyarrow refused (or read as no row)."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return Reject(f"{file}:{number}", Reason.invalid_encoding, excerpt(line))
+    reason = Reason.unparseable if exc is None else _classify_json(line, exc)
+    return Reject(f"{file}:{number}", reason, excerpt(line))
 
 
 def _classify_json(line: bytes, exc: Exception) -> Reason:
@@ -318,10 +415,14 @@ def _classify_json(line: bytes, exc: Exception) -> Reason:
     return Reason.wrong_type if "too big" in str(exc) else Reason.unparseable
 
 
+def _empty_frame() -> pd.DataFrame:
+    return pd.DataFrame({LINE: pd.Series([], dtype=np.int64)})
+
+
 def _to_frame(tables: list[pa.Table], max_chars: int) -> pd.DataFrame:
     """One DataFrame from parsed blocks whose inferred column types may differ, oversize rows flagged."""
     if not tables:
-        return pd.DataFrame({LINE: pd.Series([], dtype=np.int64)})
+        return _empty_frame()
     try:
         return _flag_oversize(pa.concat_tables(tables, promote_options="permissive"), max_chars).to_pandas()
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
@@ -329,16 +430,49 @@ def _to_frame(tables: list[pa.Table], max_chars: int) -> pd.DataFrame:
         return pd.concat([_flag_oversize(t, max_chars).to_pandas() for t in tables], ignore_index=True)
 
 
+def _combine(tables: list[pa.Table], max_chars: int) -> tuple[pa.Table | None, pd.DataFrame]:
+    """Parsed blocks as one Arrow table, and apart (as pandas) the few whose column types do not merge with it.
+
+    A line whose field has another type than in its neighbours ends up in a table of its own; it is
+    kept apart so that one odd line does not turn a whole column into Python objects.
+    """
+    if not tables:
+        return None, _empty_frame()
+    try:
+        return _flag_oversize(pa.concat_tables(tables, promote_options="permissive"), max_chars), _empty_frame()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        pass
+    main: list[pa.Table] = []
+    odd: list[pa.Table] = []
+    schema = None
+    for t in sorted(tables, key=lambda t: -t.num_rows):  # the biggest blocks set the types
+        try:
+            merged = t.schema if schema is None else pa.unify_schemas([schema, t.schema], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            odd.append(t)
+            continue
+        schema = merged
+        main.append(t)
+    main.sort(key=lambda t: t[LINE][0].as_py())
+    try:
+        table = _flag_oversize(pa.concat_tables(main, promote_options="permissive"), max_chars)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None, _to_frame(tables, max_chars).sort_values(LINE, kind="stable", ignore_index=True)
+    frame = pd.concat([_flag_oversize(t, max_chars).to_pandas() for t in odd], ignore_index=True)
+    return table, frame.sort_values(LINE, kind="stable", ignore_index=True)
+
+
 def _flag_oversize(table: pa.Table, max_chars: int) -> pa.Table:
     """Add OVERSIZE when a string cell is longer than `max_chars` bytes (checked in Arrow: no Python loop)."""
     over = None
     for col in table.columns:
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            hit = pc.greater(pc.binary_length(col), max_chars)
+            # A null cell is not oversize; without fill_null a null would hide a hit in another column.
+            hit = pc.fill_null(pc.greater(pc.binary_length(col), max_chars), False)
             over = hit if over is None else pc.or_(over, hit)
     if over is None or not pc.any(over).as_py():
         return table
-    return table.append_column(OVERSIZE, pc.fill_null(over, False))
+    return table.append_column(OVERSIZE, over)
 
 
 def parse_csv(buf: bytes, header: bytes, skip_header: bool, first_line: int, file: str,
@@ -358,7 +492,7 @@ def parse_csv(buf: bytes, header: bytes, skip_header: bool, first_line: int, fil
         keep = np.setdiff1d(keep, [int(r.position.rsplit(":", 1)[1]) - first_line - 1 for r in rejects])
         buf = b"".join(buf[starts[i]:ends[i] + 1] for i in keep)
     if not len(keep):
-        return pd.DataFrame({LINE: pd.Series([], dtype=np.int64)}), rejects, n
+        return _empty_frame(), rejects, n
     names = [c.strip() for c in header.decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n").split(",")]
     invalid: list[tuple[int, str]] = []
 

@@ -6,10 +6,13 @@ Vectorized over the whole batch; only rejected rows are touched one by one (for 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from monitor.config import Limits, Schema
 from monitor.contract import (
@@ -29,6 +32,9 @@ from monitor.sources import LINE, OVERSIZE
 DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
+# RFC 3339 text that pyarrow's cast parses exactly as pandas does; any other text goes through pandas.
+_RFC3339 = r"^(19|20)\d\d-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-][0-2]\d:[0-5]\d)$"
+re.compile(_RFC3339)
 
 
 def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
@@ -50,15 +56,24 @@ def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
     return kinds
 
 
-def validate(kind: RecordKind, frame: pd.DataFrame, file: str, schema: Schema, limits: Limits,
+def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema: Schema, limits: Limits,
              now: datetime) -> tuple[pd.DataFrame, list[Reject]]:
-    """Split parsed rows into accepted (typed, contract columns only, plus LINE) and rejected rows."""
+    """Split parsed rows into accepted (typed, contract columns only, plus LINE) and rejected rows.
+
+    `frame` may be an Arrow table: its columns are then checked in Arrow and only accepted contract
+    columns become pandas (same result as for the DataFrame, without a Python object per cell).
+    """
+    if isinstance(frame, pa.Table):
+        return _validate_table(kind, frame, file, schema, limits, now)
     n = len(frame)
     reason = np.full(n, "", dtype=object)
+    flagged = np.zeros(n, dtype=bool)
 
     def mark(mask, code: Reason) -> None:
-        mask = np.asarray(mask, dtype=bool) & (reason == "")
-        reason[mask] = code.value
+        mask = np.asarray(mask, dtype=bool) & ~flagged
+        if mask.any():
+            reason[mask] = code.value
+            flagged[mask] = True
 
     if OVERSIZE in frame:
         mark(frame[OVERSIZE].to_numpy(dtype=bool, na_value=False), Reason.oversize_field)
@@ -89,12 +104,131 @@ def validate(kind: RecordKind, frame: pd.DataFrame, file: str, schema: Schema, l
             bad = ~np.isfinite(v) if required else np.isinf(v)
             mark(bad | (v < 0), Reason.bad_duration)
 
-    rejected = np.flatnonzero(reason != "")
+    rejected = np.flatnonzero(flagged)
     rejects = [Reject(f"{file}:{frame[LINE].iat[i]}", Reason(reason[i]), _row_excerpt(frame, i)) for i in rejected]
-    keep = reason == ""
+    keep = ~flagged
     accepted = pd.DataFrame({name: s[keep] for name, s in out.items()})
     accepted[LINE] = frame[LINE].to_numpy()[keep]
     return accepted.reset_index(drop=True), rejects
+
+
+def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema, limits: Limits,
+                    now: datetime) -> tuple[pd.DataFrame, list[Reject]]:
+    """`validate` for an Arrow table: the same checks in the same order, strings left in Arrow."""
+    n = table.num_rows
+    names = set(table.column_names)
+    reason = np.full(n, "", dtype=object)
+    flagged = np.zeros(n, dtype=bool)
+
+    def mark(mask, code: Reason) -> None:
+        mask = np.asarray(mask, dtype=bool) & ~flagged
+        if mask.any():
+            reason[mask] = code.value
+            flagged[mask] = True
+
+    if OVERSIZE in names:
+        mark(_bools(table[OVERSIZE]), Reason.oversize_field)
+    for name in REQUIRED[kind]:
+        if name not in names or name not in DURATIONS:
+            mark(_bools(table[name].is_null(nan_is_null=True)) if name in names else np.ones(n, bool),
+                 Reason.missing_field)
+
+    out: dict[str, pd.Series | pa.ChunkedArray] = {}
+    for name, typ in field_kinds(kind, schema).items():
+        if name not in names:
+            continue
+        values, bad = _convert_arrow(table[name], typ)
+        mark(bad, Reason.wrong_type)
+        out[name] = values
+
+    for name in ("ts", "label_ts", "start_ts"):
+        if name in out:
+            ts = out[name]
+            mark((ts < pd.Timestamp(limits.min_ts)).to_numpy(), Reason.bad_timestamp)
+            mark((ts > pd.Timestamp(now) + limits.max_future).to_numpy(), Reason.future_timestamp)
+    if "status" in out and kind == RecordKind.predictions:
+        status = out["status"]
+        if isinstance(status, pa.ChunkedArray):
+            mark(~_bools(pc.is_in(status, value_set=pa.array(STATUSES))), Reason.unknown_status)
+        else:
+            mark(~status.isin(STATUSES).to_numpy(), Reason.unknown_status)
+    for name in DURATIONS:
+        if name in out:
+            v = out[name].to_numpy(dtype=float)
+            required = name in REQUIRED[kind]
+            bad = ~np.isfinite(v) if required else np.isinf(v)
+            mark(bad | (v < 0), Reason.bad_duration)
+
+    lines = table[LINE].to_numpy()
+    rejected = np.flatnonzero(flagged)
+    rejects = [Reject(f"{file}:{lines[i]}", Reason(reason[i]), _table_excerpt(table, int(i))) for i in rejected]
+    keep = ~flagged
+    some = len(rejected) > 0
+    mask = pa.array(keep) if some else None
+    columns: dict[str, pd.Series] = {}
+    for name, values in out.items():
+        if isinstance(values, pa.ChunkedArray):
+            columns[name] = (values.filter(mask) if some else values).to_pandas()
+        else:
+            columns[name] = values[keep].reset_index(drop=True) if some else values
+    accepted = pd.DataFrame(columns) if columns else pd.DataFrame(index=pd.RangeIndex(int(keep.sum())))
+    accepted[LINE] = lines[keep] if some else lines
+    return accepted, rejects
+
+
+def _bools(values) -> np.ndarray:
+    """An Arrow boolean array as numpy, null as False."""
+    return pc.fill_null(values, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+def _convert_arrow(col: pa.ChunkedArray, typ: str) -> tuple[pd.Series | pa.ChunkedArray, np.ndarray]:
+    """`_convert` for an Arrow column: the common types convert in Arrow; any other goes through pandas."""
+    t = col.type
+    n = len(col)
+    none = np.zeros(n, bool)
+    if typ in ("id", "str", "text") and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        return col, none
+    if typ == "num" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return pd.Series(pc.cast(col, pa.float64()).to_numpy()), none
+    if typ == "bool" and pa.types.is_boolean(t):
+        return col.to_pandas(), none
+    if typ == "ts" and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        return _rfc3339_to_utc(col)
+    return _convert(col.to_pandas(), typ)
+
+
+def _rfc3339_to_utc(col: pa.ChunkedArray) -> tuple[pd.Series, np.ndarray]:
+    """RFC 3339 text parsed by pyarrow; text of any other form (few rows, usually) by `_to_utc`."""
+    present = _bools(col.is_valid())
+    rfc = _bools(pc.match_substring_regex(col, _RFC3339))
+    n = len(col)
+    values = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")  # UTC
+    if rfc.any():
+        try:
+            parsed = pc.cast(col if rfc.all() else col.filter(pa.array(rfc)), pa.timestamp("ns", "UTC"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            rfc[:] = False  # e.g. a month 13: leave every value to pandas
+        else:
+            if rfc.all():
+                return pd.Series(parsed.to_pandas(), dtype="datetime64[ns, UTC]"), np.zeros(n, bool)
+            values[rfc] = pc.cast(parsed, pa.timestamp("ns")).to_numpy()
+    rest = present & ~rfc
+    if rest.any():
+        rows = np.flatnonzero(rest)
+        text = col.take(pa.array(rows)).to_pandas()
+        converted, _ = _to_utc(text, np.ones(len(rows), bool))
+        values[rows] = converted.dt.tz_localize(None).to_numpy()
+    result = pd.Series(values).dt.tz_localize("UTC")
+    return result, present & np.isnat(values)
+
+
+def _table_excerpt(table: pa.Table, i: int) -> str:
+    row = {k: v for k, v in table.slice(i, 1).to_pylist()[0].items()
+           if k not in (LINE, OVERSIZE) and v is not None and not (isinstance(v, float) and v != v)}
+    try:
+        return excerpt(json.dumps(row, default=str, ensure_ascii=False))
+    except (TypeError, ValueError):
+        return excerpt(repr(row))
 
 
 def _convert(s: pd.Series, typ: str) -> tuple[pd.Series, np.ndarray]:
