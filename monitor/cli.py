@@ -20,6 +20,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="tailwatch: tells 'the service got slower' apart from 'the predictions got worse'.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade, current.")
 app.add_typer(db_app, name="db")
+reference_app = typer.Typer(no_args_is_help=True, help="The reference profile windows are compared with.")
+app.add_typer(reference_app, name="reference")
 out = Console()
 err = Console(stderr=True)
 
@@ -156,6 +158,34 @@ def db_current() -> None:
     cfg = load_config()
     store = open_store(cfg, check_schema=False)
     out.print(f"database: {store.current_revision() or 'empty'}; this tailwatch: {store.head_revision()}")
+
+
+@reference_app.command("build")
+def reference_build(
+    service: Annotated[str | None, typer.Option(help="Only this service (default: every one with a reference).")] = None,
+) -> None:
+    """Profile each service's reference dataset and store the profile."""
+    from monitor.profile import store_profile
+
+    cfg = load_config()
+    store = open_store(cfg)
+    chosen = [s for s in cfg.services if service in (None, s.name)]
+    if service is not None and not chosen:
+        fail(f"--service: no service named {service!r}")
+    table = Table(title="reference profiles")
+    for col in ("service", "rows", "fields", "fingerprint", "source"):
+        table.add_column(col)
+    for svc in chosen:
+        if svc.reference is None:
+            err.print(f"[yellow]skipped:[/] service {svc.name} has no reference configured")
+            continue
+        try:
+            profile = store_profile(store, svc)
+        except (OSError, ValueError) as exc:
+            fail(f"service {svc.name}: cannot profile {svc.reference.path}: {exc}")
+        table.add_row(svc.name, f"{profile.rows:,}", ", ".join(profile.fields), profile.fingerprint,
+                      str(svc.reference.path))
+    out.print(table)
 
 
 @app.command()

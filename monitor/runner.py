@@ -17,8 +17,10 @@ from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
 from monitor.frame import ARRIVED, from_blobs, join, to_blob
 from monitor.partials import fold, merge_bytes
+from monitor.profile import stored_profile
 from monitor.sources import LINE, Batch, open_source
 from monitor.validate import validate
+from monitor.windows import score, store_scored, windows_for
 from storage.store import Store
 
 
@@ -45,6 +47,8 @@ class TickReport:
     first_ts: str | None = None
     last_ts: str | None = None
     events: list[str] = field(default_factory=list)
+    findings: int = 0  # findings written for the windows scored this tick
+    breaches: list[str] = field(default_factory=list)  # one line per breaching finding, worst windows last
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -65,6 +69,7 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
         tick_id = store.start_tick(session, service.name, now)
     try:
         _ingest(config, service, store, now, tick_id, report)
+        _score(service, store, now, tick_id, report)
     except Exception as exc:  # a tick never crashes the daemon; its row says what went wrong
         report.status, report.error = "error", f"{type(exc).__name__}: {exc}"
     report.seconds = round(time.perf_counter() - started, 3)
@@ -73,6 +78,33 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
     with store.transaction() as session:
         store.finish_tick(session, tick_id, report.status, _tick_counts(report), report.as_dict())
     return report
+
+
+def _score(service: Service, store: Store, now: datetime, tick_id: int, report: TickReport) -> None:
+    """Score the closed windows this tick completed or added rows to, and store their findings."""
+    profile, note = stored_profile(store, service)
+    if note:
+        report.notes.append(note)
+    touched = None
+    if report.first_ts is not None:
+        touched = (datetime.fromisoformat(report.first_ts), datetime.fromisoformat(report.last_ts))
+    scored = []
+    for size in service.buckets.windows:
+        scored += score(store, service.name, profile, windows_for(now, size, touched))
+    report.findings = store_scored(store, service.name, scored, tick_id)
+    report.breaches = [
+        f"{s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m {s.model_version} "
+        f"{f.check} {describe_labels(f.labels)}: {_num(f.value)} vs {_num(f.baseline)} (n={f.n})"
+        for s in scored for f in s.findings if f.status == "breach"
+    ]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def describe_labels(labels: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def _tick_counts(report: TickReport) -> dict:
