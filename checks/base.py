@@ -47,6 +47,36 @@ class Finding:
                 "detail": _plain(self.detail)}
 
 
+@dataclass(frozen=True)
+class Trailing(Partial):
+    """A trailing baseline: the merge of its buckets, plus `dispersion` per count key (`status:rejected`
+    ...): how much more the rate varied from bucket to bucket than independent requests explain (>= 1;
+    see checks.stats.dispersion). A check on a rate widens its interval by it; absent keys mean 1."""
+
+    dispersion: dict[str, float] = field(default_factory=dict)
+
+
+def trailing(buckets: list[Partial], keys: tuple[str, ...]) -> Trailing | None:
+    """The merged baseline of `buckets` with the dispersion of each count key in `keys`, and of each
+    histogram (key `hist:<name>`); None if empty."""
+    from checks.stats import dispersion, table_dispersion
+    from monitor.partials import merge_all
+
+    merged = merge_all(buckets)
+    if not merged.rows:
+        return None
+    spread = {key: dispersion([(b.counts[key], b.rows) for b in buckets]) for key in keys}
+    for key, hist in merged.hists.items():
+        spread[f"hist:{key}"] = table_dispersion([b.hists[key] for b in buckets
+                                                  if len(b.hists.get(key, ())) == len(hist)])
+    return Trailing(merged.counts, merged.hists, merged.sketches, merged.unseen, merged.profile, spread)
+
+
+def widen(baseline: Partial | None, key: str) -> float:
+    """The dispersion of count `key` in `baseline` (1 when it has none)."""
+    return getattr(baseline, "dispersion", {}).get(key, 1.0) if baseline is not None else 1.0
+
+
 CheckFn = Callable[[Partial, Profile | None, Partial | None, Any], list[Finding]]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check
+from checks.base import Finding, check, widen
 from checks.stats import wilson
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import LATENCY, Partial, Sketch
@@ -17,7 +17,9 @@ RATES = {"failure": "status:error", "timeout": "status:timeout", "reject": "stat
 @dataclass(frozen=True)
 class LatencyThreshold:
     """Quantiles breach when the window's is more than `max_ratio` times and `min_delta_ms` above the
-    baseline's; rates breach when the window's Wilson lower bound exceeds baseline + `max_rate_increase`."""
+    baseline's; rates breach when the window's Wilson lower bound exceeds baseline + `max_rate_increase`.
+    The bound is taken on n / dispersion requests: rejects and timeouts come in clumps (a client's
+    burst), and the trailing buckets say how much more than independent requests they vary."""
 
     max_ratio: float = 1.5
     min_delta_ms: float = 5.0  # ignore slowdowns smaller than this, however large the ratio
@@ -63,7 +65,8 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
         n, k = window.rows, window.counts[key]
         b_n = baseline.rows if baseline is not None else 0
         base = baseline.counts[key] / b_n if b_n else None
-        low, high = wilson(k, n)
+        phi = widen(baseline, key)
+        low, high = wilson(k / phi, n / phi)
         if n < params.min_n or b_n < params.min_n:
             status = "insufficient"
         else:
@@ -71,5 +74,6 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
         value = k / n if n else None
         out.append(Finding("latency", {"rate": label}, value, status, n, baseline=base,
                            effect=None if value is None or base is None else value - base,
-                           interval=(low, high) if n else None, detail={"count": k, "baseline_n": b_n}))
+                           interval=(low, high) if n else None,
+                           detail={"count": k, "baseline_n": b_n, "dispersion": phi}))
     return out

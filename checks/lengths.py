@@ -17,6 +17,6 @@ def length_distribution(window: Partial, profile: Profile | None, baseline: Part
     """
     if profile is None:
         return []
-    pairs = [({"field": f}, ref, window.hists.get(f"len:{f}")) for f, ref in sorted(profile.fields.items())
+    pairs = [({"field": f}, ref, window.hists.get(f"len:{f}"), f"len:{f}") for f, ref in sorted(profile.fields.items())
              if ref.kind == "text"]
-    return histogram_findings("length_distribution", pairs, params)
+    return histogram_findings("length_distribution", pairs, params, baseline)

@@ -14,10 +14,16 @@ PREFIX = "signal:"
 
 @dataclass(frozen=True)
 class SignalThreshold:
-    """Breach when the mean moved by more than `max_rel_change` of the baseline mean and Welch's t-test
-    p-value is below `alpha`."""
+    """Breach when the mean moved by more than `max_rel_change` of the baseline mean, by at least
+    `min_effect_sd` of the baseline's standard deviation, and Welch's t-test p-value is below `alpha`.
+
+    The relative change alone says nothing near a zero mean (queue depth 0.15 -> 0.10 is -33%); the
+    standardized effect (Cohen's d against the baseline spread, 0.2 = "small") is unit-free, so it
+    holds for every declared signal.
+    """
 
     max_rel_change: float = 0.25
+    min_effect_sd: float = 0.2
     alpha: float = 0.001
     min_n: int = 30  # values in window and baseline below which the check says 'insufficient'
 
@@ -38,14 +44,17 @@ def service_signal(window: Partial, profile: Profile | None, baseline: Partial |
         value, base = w.mean, b.mean
         rel = (value - base) / abs(base) if value is not None and base else None
         p = None
+        sd = b.var ** 0.5 if b.var is not None else None
+        d = (value - base) / sd if value is not None and base is not None and sd else None
         if w.count < params.min_n or b.count < params.min_n:
             status = "insufficient"
         else:
             p = welch_p(value, w.var, w.count, base, b.var, b.count)
             moved = rel is None and value != base or rel is not None and abs(rel) > params.max_rel_change
+            moved = moved and (d is None and value != base or d is not None and abs(d) >= params.min_effect_sd)
             status = "breach" if moved and p < params.alpha else "ok"
         out.append(Finding("service_signal", {"signal": key.removeprefix(PREFIX)}, value, status, w.count,
                            baseline=base, effect=rel, p_value=p,
                            detail={"p95": w.quantile(0.95), "baseline_p95": b.quantile(0.95),
-                                   "baseline_n": b.count}))
+                                   "baseline_n": b.count, "effect_sd": d}))
     return out

@@ -11,8 +11,9 @@ from scipy import stats
 Z95 = 1.959963984540054
 
 
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of the proportion k/n (95% by default); (0, 1) when n is 0."""
+def wilson(k: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of the proportion k/n (95% by default); (0, 1) when n is 0. k and n may be
+    effective (fractional) counts: both divided by a dispersion."""
     if n <= 0:
         return 0.0, 1.0
     p = k / n
@@ -20,6 +21,34 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def dispersion(pairs: list[tuple[int, int]]) -> float:
+    """How many times more a rate varies between buckets than independent draws would: Pearson chi-square
+    of the (k, n) buckets over its degrees of freedom (the quasi-binomial scale), at least 1. 1 with
+    fewer than two non-empty buckets or no events; events that come in clumps (a burst) raise it."""
+    pairs = [(k, n) for k, n in pairs if n > 0]
+    k_all, n_all = sum(k for k, _ in pairs), sum(n for _, n in pairs)
+    if len(pairs) < 2 or k_all == 0 or k_all == n_all:
+        return 1.0
+    p = k_all / n_all
+    chi2 = sum((k - n * p) ** 2 / (n * p * (1 - p)) for k, n in pairs)
+    return max(1.0, chi2 / (len(pairs) - 1))
+
+
+def table_dispersion(rows: list[tuple[int, ...]]) -> float:
+    """The same for histograms: Pearson chi-square of the buckets x bins table over its degrees of
+    freedom, at least 1; 1 with fewer than two non-empty buckets or bins. Repeated requests (retries,
+    reloads) put the same value in a bucket twice and raise it."""
+    t = np.asarray([r for r in rows if sum(r)], dtype=float)
+    if t.ndim != 2 or len(t) < 2:
+        return 1.0
+    t = t[:, t.sum(axis=0) > 0]
+    if t.shape[1] < 2:
+        return 1.0
+    expected = np.outer(t.sum(axis=1), t.sum(axis=0)) / t.sum()
+    chi2 = float(((t - expected) ** 2 / expected).sum())
+    return max(1.0, chi2 / ((t.shape[0] - 1) * (t.shape[1] - 1)))
 
 
 def _fill_zeroes(p: np.ndarray) -> np.ndarray:
@@ -61,17 +90,20 @@ def jensen_shannon(reference, current) -> float:
     return math.sqrt(max((kl(r) + kl(c)) / 2, 0.0))
 
 
-def chi2_two_sample(reference, current) -> tuple[float, float]:
+def chi2_two_sample(reference, current, dispersion: float = 1.0) -> tuple[float, float]:
     """Chi-square test that two histograms come from one distribution: (statistic, p-value).
 
     Both samples count as samples (a contingency table), so a small reference is not taken as truth.
-    Bins empty in both are dropped; (0, 1) when fewer than two bins remain.
+    Bins empty in both are dropped; (0, 1) when fewer than two bins remain. The p-value is of the
+    statistic divided by `dispersion` (values that come in clumps carry less evidence than their count).
     """
     table = np.vstack([np.asarray(reference, float), np.asarray(current, float)])
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
         return 0.0, 1.0
     res = stats.chi2_contingency(table, correction=False)
+    if dispersion > 1:
+        return float(res.statistic), float(stats.chi2.sf(res.statistic / dispersion, res.dof))
     return float(res.statistic), float(res.pvalue)
 
 
@@ -104,7 +136,7 @@ class Comparison:
     n: int  # window count
 
 
-def compare(reference, current) -> Comparison:
+def compare(reference, current, dispersion: float = 1.0) -> Comparison:
     cur = np.asarray(current, dtype=float)
-    chi2, p = chi2_two_sample(reference, cur)
+    chi2, p = chi2_two_sample(reference, cur, dispersion)
     return Comparison(psi(reference, cur), jensen_shannon(reference, cur), chi2, p, int(cur.sum()))

@@ -70,7 +70,7 @@ def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console:
         cfg = config_mod.load(work / "tailwatch.yaml")
         store = Store(cfg.storage.url)
         store.upgrade()
-        reports = _replay(work, cfg, store, truth, console)
+        reports = replay(work, cfg, store, truth, console)
         _show(console, store, reports, truth)
         store.dispose()
         if keep:
@@ -91,15 +91,18 @@ def _lines_with_time(folder: Path, time_col: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True).sort_values("at", kind="stable")
 
 
-def _replay(work: Path, cfg, store: Store, truth, console: Console) -> list[TickReport]:
-    """Append each line when its time comes (one file per hour, as a logger rotates), tick every 15 min."""
+def replay(work: Path, cfg, store: Store, truth, console: Console | None = None, *,
+           broken_lines: bool = True) -> list[TickReport]:
+    """Append each line of `work/generated` to `work/logs` when its time comes (one file per hour, as a
+    logger rotates) and tick every 15 min with the clock at the tick; `broken_lines` appends the demo's
+    malformed lines once. Returns one report per tick."""
     preds = _lines_with_time(work / "generated" / "predictions", "ts")
     timings = _lines_with_time(work / "generated" / "timings", "start_ts")
     start, end = pd.Timestamp(truth.start), pd.Timestamp(truth.end)
     live = {"predictions": work / "logs" / "predictions", "timings": work / "logs" / "timings"}
     reports = []
     steps = int((end - start) / TICK_EVERY) + 1
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=console is None) as progress:
         task = progress.add_task("ticking", total=steps)
         for step in range(1, steps + 1):
             now = min(start + step * TICK_EVERY, end + TICK_EVERY)
@@ -109,7 +112,7 @@ def _replay(work: Path, cfg, store: Store, truth, console: Console) -> list[Tick
                 for hour, group in window.groupby(window["at"].dt.floor("h")):
                     with open(live[kind] / f"{kind}-{hour:%Y%m%d%H}.jsonl", "ab") as fh:
                         fh.write(b"\n".join(group["line"]) + b"\n")
-            if step == 2:
+            if step == 2 and broken_lines:
                 with open(live["predictions"] / "late-batch.jsonl", "ab") as fh:
                     ts = f"{now - timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}"
                     fh.write("".join(line.format(ts=ts) + "\n" for line, _ in BROKEN_LINES).encode())

@@ -8,17 +8,19 @@ fell into (late data re-scores). Work per tick is bounded by the windows it scor
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from checks.base import Finding
+from checks.base import Finding, trailing
 from checks.evaluate import evaluate
+from checks.latency import RATES
 from monitor.partials import ALL, Partial, merge_all
 from monitor.profile import Profile
 from storage.store import Store
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BASELINE = timedelta(hours=24)  # trailing history that latency, cache and signal checks compare with
+HISTOGRAM_CHECKS = ("drift", "prediction_drift", "length_distribution")
 MAX_RESCORED = 12  # closed windows per length re-scored for late rows in one tick; older ones wait for backfill
 
 
@@ -65,23 +67,46 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
             target[(row.model_version, row.segment)].append(Partial.from_bytes(row.payload))
         for (version, segment), parts in sorted(window.items()):
             merged = merge_all(parts)
-            base = merge_all(baseline.get((version, segment), []))
-            if base.rows < merged.rows:
+            history = baseline.get((version, segment), [])
+            if sum(p.rows for p in history) < merged.rows:
                 # A version too new to have its own history is compared with what the service did before it.
-                base = merge_all(p for (v, seg), ps in baseline.items() if seg == segment for p in ps)
-            base = base if base.rows else None
-            # The reference describes all traffic, not one segment's share of it: a segment is compared
-            # with its own trailing history only, or "Contract=Two year" would always drift from the mix.
-            findings = evaluate(merged, profile if segment == ALL else None, base, params)
-            if segment != ALL:
+                history = [p for (v, seg), ps in baseline.items() if seg == segment for p in ps]
+            base = trailing(history, tuple(RATES.values()))
+            if segment == ALL:
+                findings = evaluate(merged, profile, base, params)
+            else:
+                # The reference describes all traffic, not one segment's share of it: a segment is compared
+                # with its own trailing history, or "Contract=Two year" would always drift from the mix. Its
+                # histograms too, on the reference's bins: "predictions changed for this segment".
+                findings = evaluate(merged, None, base, params)
+                own = history_profile(profile, base)
+                if own is not None:
+                    findings += evaluate(merged, own, base, params, only=HISTOGRAM_CHECKS)
                 findings = [_with_segment(f, segment) for f in findings]
             out.append(Scored(start, end, version, segment, merged.rows, findings))
     return out
 
 
-def _with_segment(finding: Finding, segment: str) -> Finding:
-    from dataclasses import replace
+def history_profile(profile: Profile | None, base: Partial | None) -> Profile | None:
+    """The reference's bins holding `base`'s histograms instead of the reference's: what a segment's
+    histograms are compared with. None without a profile or a baseline with histograms on its bins."""
+    if profile is None or base is None or not base.hists or base.profile != profile.fingerprint:
+        return None
 
+    def own(ref, key):
+        hist = base.hists.get(key)
+        if ref is None or hist is None or len(hist) != ref.bins:
+            return None
+        return replace(ref, counts=tuple(hist), n=sum(hist), missing=0)
+
+    fields = {f: fp for f, ref in profile.fields.items()
+              if (fp := own(ref, f"len:{f}" if ref.kind == "text" else f)) is not None}
+    scores = {c: fp for c, ref in profile.scores.items() if (fp := own(ref, f"score:{c}")) is not None}
+    return Profile(rows=base.rows, fields=fields, prediction=own(profile.prediction, "prediction"),
+                   scores=scores)
+
+
+def _with_segment(finding: Finding, segment: str) -> Finding:
     return replace(finding, labels={**finding.labels, "segment": segment})
 
 
