@@ -143,14 +143,57 @@ def _show(console: Console, store: Store, reports: list[TickReport], truth) -> N
     console.print(f"[dim]the demo appended {len(BROKEN_LINES)} malformed lines on purpose: "
                   f"{'; '.join(why for _, why in BROKEN_LINES)}[/]")
     console.print(_hourly(store, truth))
+    console.print(_breaches(store, truth))
     onset = pd.Timestamp(truth.onset)
     console.print(Panel(
         f"[bold]{truth.scenario}[/] — right verdict: [bold]{truth.verdict}[/]\n"
         f"onset {onset:%Y-%m-%d %H:%M} UTC: {truth.what_changed}\n"
         f"versions: {truth.model_versions}   affected: {truth.affected}\n"
-        "[dim]ingest, join and bucket counts are live; the checks and verdicts that name the cause land "
-        "with issues #4-#6.[/]",
+        f"expected findings: {', '.join(truth.expected_findings) or 'none'}\n"
+        "[dim]the verdict that weighs these findings (slower / worse / both / drift) lands with issue #6, "
+        "quality from delayed labels with issue #5.[/]",
         title="ground truth", expand=False))
+
+
+DEMO_WINDOW = timedelta(minutes=15)
+
+
+def _breaches(store: Store, truth, limit: int = 10) -> Table | str:
+    """Breaching findings of the 15-minute windows, one line per check and labels, earliest first."""
+    with store.transaction() as session:
+        # All traffic only: the per-segment findings repeat the same story once per segment.
+        rows = [f for f in store.load_findings(session, "churn")
+                if f["status"] == "breach" and f["window_end"] - f["window_start"] == DEMO_WINDOW
+                and "segment" not in f["labels"]]
+    if not rows:
+        return "[green]no breaches: every 15-minute window stayed within its thresholds[/]"
+    groups: dict[tuple, list[dict]] = {}
+    for f in rows:
+        key = (f["check"], f["model_version"], " ".join(str(v) for _, v in sorted(f["labels"].items())))
+        groups.setdefault(key, []).append(f)
+    onset = pd.Timestamp(truth.onset).to_pydatetime()
+    table = Table(title="what tailwatch found: breaching 15-minute windows")
+    several = len({version for _, version, _ in groups}) > 1
+    for col in ("from", "windows", "check", "what", "value", "baseline"):
+        table.add_column(col, justify="right" if col in ("windows", "value", "baseline") else "left",
+                         no_wrap=col != "what")
+    ordered = sorted(groups.items(), key=lambda kv: (kv[1][0]["window_start"], kv[0]))
+    for (check, version, labels), found in ordered[:limit]:
+        first = found[0]
+        when = first["window_start"]
+        mark = " ◀" if when <= onset < when + DEMO_WINDOW else ""
+        what = f"{version} {labels}" if several else labels
+        table.add_row(f"{when:%H:%M}{mark}", str(len(found)), check, what,
+                      _fmt(first["value"]), _fmt(first["baseline"]))
+    if len(ordered) > limit:
+        table.caption = f"and {len(ordered) - limit} more; ◀ the window holding the onset"
+    else:
+        table.caption = "◀ the window holding the onset"
+    return table
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
 
 
 def _hourly(store: Store, truth) -> Table:
