@@ -20,4 +20,7 @@ def test_demo_replays_a_scenario_and_prints_what_ingest_saw(tmp_path):
     for reason in ("unparseable", "unknown_status", "missing_field"):
         assert re.search(rf"{reason}\s*│\s*1 │", text), reason
     assert "right verdict: slower" in text and "◀" in text
+    # The checks name the slow stage in the window that holds the onset.
+    found = text.split("what tailwatch found", 1)[1].split("ground truth", 1)[0]
+    assert re.search(r"◀ │\s*\d+ │ latency\s*│ p\d+\s+batch_wait", found), found
     assert (tmp_path / "run" / "tailwatch.db").exists() and (tmp_path / "run" / "tailwatch.yaml").exists()
