@@ -51,8 +51,12 @@ def join(predictions: pd.DataFrame, timings: pd.DataFrame | None, now: datetime,
             predictions = predictions[~repeated]
     duplicates = before - len(predictions)
     if timings is None:
-        ready = predictions.assign(joined=False, stage_rows=0)
-        return Joined(ready.reset_index(drop=True), empty, empty, empty, duplicates, 0)
+        # A shallow copy: the new columns must not reach the caller's frame, the rows need no copy.
+        ready = predictions.copy(deep=False)
+        ready["joined"], ready["stage_rows"] = False, 0
+        if not ready.index.equals(pd.RangeIndex(len(ready))):
+            ready = ready.reset_index(drop=True)
+        return Joined(ready, empty, empty, empty, duplicates, 0)
 
     before_t = len(timings)
     if before_t:

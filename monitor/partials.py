@@ -183,25 +183,43 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
     prof = resolve(profile, schema)
     seconds = int(bucket.total_seconds())
     metrics = _row_metrics(frame, schema or Schema(), prof, timed)
-    base = pd.DataFrame({
-        "model_version": frame["model_version"].to_numpy(),
-        "bucket_start": frame["ts"].dt.floor(f"{seconds}s"),
-    })
+    # Group keys as integer codes (sorted like the values), so grouping is one np.unique per grouping.
+    mv_codes, mv_values = _sorted_codes(frame["model_version"])
+    b_codes, b_values = _sorted_codes(frame["ts"].dt.floor(f"{seconds}s"))
+    base = mv_codes * len(b_values) + b_codes
     groupings = [(ALL, None)] + [(seg, frame[seg]) for seg in segments if seg in frame]
     out: list[PartialRow] = []
     for name, column in groupings:
-        keyed = base if column is None else base.assign(segment=name + "=" + column.fillna("<missing>").astype(str).to_numpy())
-        keys = ["model_version", "bucket_start"] + ([] if column is None else ["segment"])
-        grouped = keyed.groupby(keys, sort=True, observed=True)
-        codes = grouped.ngroup().to_numpy(dtype="int64")
-        index = grouped.size().index
-        for i, partial in enumerate(_aggregate(metrics, codes, len(index), prof)):
-            key = index[i]
-            segment = ALL if column is None else key[2]
-            out.append(PartialRow(model_version=key[0], bucket_start=key[1].to_pydatetime(),
-                                  bucket_seconds=seconds, segment=segment, rows=partial.rows,
+        if column is None:
+            seg_codes, seg_values = np.zeros(len(frame), "int64"), np.array([ALL], dtype=object)
+        else:
+            seg_codes, seg_values = _segment_codes(name, column)
+        keys, codes = np.unique(base * len(seg_values) + seg_codes, return_inverse=True)
+        codes = codes.astype("int64", copy=False).reshape(-1)
+        mv_of, rest = np.divmod(keys, len(b_values) * len(seg_values))
+        b_of, seg_of = np.divmod(rest, len(seg_values))
+        for i, partial in enumerate(_aggregate(metrics, codes, len(keys), prof)):
+            out.append(PartialRow(model_version=mv_values[mv_of[i]], bucket_start=b_values[b_of[i]].to_pydatetime(),
+                                  bucket_seconds=seconds, segment=seg_values[seg_of[i]], rows=partial.rows,
                                   payload=partial.to_bytes()))
     return out
+
+
+def _sorted_codes(values: pd.Series) -> tuple[np.ndarray, Any]:
+    """Integer code of each value, and the distinct values in sorted order (code i -> values[i])."""
+    codes, uniques = pd.factorize(values, sort=True)
+    return codes.astype("int64", copy=False), uniques
+
+
+def _segment_codes(name: str, column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of `name=<value>` labels (missing as `<missing>`), labels sorted as text."""
+    codes, uniques = pd.factorize(column, sort=False)
+    text = pd.Series(uniques, dtype=object).astype(str).to_numpy(dtype=object) if len(uniques) else np.array([], dtype=object)
+    labels = np.array([f"{name}={v}" for v in text] + [f"{name}=<missing>"], dtype=object)
+    # Two values may print alike (or one may be the text `<missing>`): they share a segment.
+    label_codes, label_values = pd.factorize(labels, sort=True)
+    codes = np.where(codes < 0, len(labels) - 1, codes)
+    return label_codes[codes].astype("int64", copy=False), np.asarray(label_values, dtype=object)
 
 
 # -- fold internals: per-row arrays computed once, then counted per grouping with bincount -----------
@@ -302,15 +320,21 @@ def _sketches(v: np.ndarray, g: np.ndarray, groups: int) -> dict[int, Sketch]:
     v, g = v[ok], g[ok]
     if not len(v):
         return {}
-    stats = pd.DataFrame({"g": g, "v": v, "q": v * v}).groupby("g").agg(
-        c=("v", "size"), s=("v", "sum"), q=("q", "sum"), lo=("v", "min"), hi=("v", "max"))
+    order = np.argsort(g, kind="stable")
+    v, g = v[order], g[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    present = g[starts]
+    count = np.diff(np.r_[starts, len(g)])
+    total = np.add.reduceat(v, starts)
+    squares = np.add.reduceat(v * v, starts)
+    lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
     pos, neg = v > _MAPPING.min_possible, v < -_MAPPING.min_possible
     zero = np.bincount(g[~pos & ~neg], minlength=groups)
     maps = [_bin_maps(v[mask] if sign > 0 else -v[mask], g[mask], groups) for mask, sign in ((pos, 1), (neg, -1))]
     out = {}
-    for gi, row in stats.iterrows():
-        out[int(gi)] = Sketch(maps[0][gi], maps[1][gi], int(zero[gi]), int(row.c), float(row.s), float(row.q),
-                              float(row.lo), float(row.hi))
+    for gi, c, s, q, a, b in zip(present.tolist(), count.tolist(), total.tolist(), squares.tolist(),
+                                 lo.tolist(), hi.tolist(), strict=True):
+        out[gi] = Sketch(maps[0][gi], maps[1][gi], int(zero[gi]), c, s, q, a, b)
     return out
 
 
@@ -321,8 +345,12 @@ def _bin_maps(v: np.ndarray, g: np.ndarray, groups: int) -> list[dict[int, int]]
     keys = np.ceil(np.log(v) / _LOG_GAMMA).astype("int64")
     code = (g << 32) + (keys + (1 << 31))
     uniq, cnt = np.unique(code, return_counts=True)
-    for c, k, n in zip((uniq >> 32).tolist(), ((uniq & 0xFFFFFFFF) - (1 << 31)).tolist(), cnt.tolist(), strict=True):
-        maps[c][k] = n
+    owner = uniq >> 32
+    keys = ((uniq & 0xFFFFFFFF) - (1 << 31)).tolist()
+    cnt = cnt.tolist()
+    bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        maps[int(owner[a])] = dict(zip(keys[a:b], cnt[a:b], strict=True))
     return maps
 
 

@@ -36,9 +36,6 @@ OVERSIZE = "_oversize"  # present, and true on a row, when one of its text field
 FINGERPRINT_BYTES = 256
 _JSON_BLOCK_LINES = 4096  # lines per parse call; a bad line costs a re-parse of at most this many lines
 _ERROR_ROW = re.compile(r"in row (\d+)$")
-# Text is read in stretches of at most this many bytes whatever limits.chunk_bytes says: parsed and
-# validated, a stretch takes ~8-10x its size in memory, and 32 MiB parses as fast as 128 MiB.
-_MAX_TEXT_CHUNK = 32 << 20
 _WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while parsing a block
 _BOM = b"\xef\xbb\xbf"
 
@@ -149,7 +146,7 @@ class DirectorySource:
             header = _first_line(path)
             if header is None:
                 return  # header not complete yet
-        for buf, offset in _complete_chunks(path, state.offset, min(self.limits.chunk_bytes, _MAX_TEXT_CHUNK)):
+        for buf, offset in _complete_chunks(path, state.offset, self.limits.chunk_bytes, self.limits.chunk_rows):
             if state.offset == 0 and buf.startswith(_BOM):
                 buf = buf[len(_BOM):]
             first_line = state.line
@@ -187,11 +184,30 @@ def _open(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def _complete_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
+def _complete_chunks(path: Path, offset: int, chunk_bytes: int,
+                     chunk_rows: int | None = None) -> Iterator[tuple[bytes, int]]:
     """Stretches of whole lines after byte `offset` (decompressed offset for .gz), with the end offset.
 
+    A stretch holds at most `chunk_bytes` bytes (unless one line is longer) and `chunk_rows` lines.
     A last line without its newline is left for a later read: it may still be being written.
     """
+    for buf, end in _byte_chunks(path, offset, chunk_bytes):
+        if chunk_rows is None or buf.count(b"\n") <= chunk_rows:
+            yield buf, end
+            continue
+        # Narrow lines: cut after every chunk_rows-th newline.
+        ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)[chunk_rows - 1::chunk_rows] + 1
+        start = end - len(buf)
+        prev = 0
+        for cut in ends.tolist():
+            yield buf[prev:cut], start + cut
+            prev = cut
+        if prev < len(buf):
+            yield buf[prev:], end
+
+
+def _byte_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """`_complete_chunks` by bytes only."""
     pieces = _gzip_pieces(path, offset) if path.suffix == ".gz" else _plain_pieces(path, offset)
     # Pieces are gathered in a list and joined once per chunk: `carry += piece` would copy the growing
     # chunk again for every piece.

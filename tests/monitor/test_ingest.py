@@ -241,3 +241,16 @@ def test_timings_wait_for_late_predictions_within_lateness(store, tmp_path):
     [r3] = tick(cfg, store, NOW + timedelta(minutes=12))
     assert r3.unmatched == 1 and r3.pending_predictions == 0
     assert math.isclose(stored_rows(store), 2)
+
+
+def test_text_chunks_hold_at_most_chunk_rows_lines(tmp_path):
+    from monitor.sources import _complete_chunks
+
+    path = tmp_path / "narrow.jsonl"
+    path.write_bytes(b"".join(b'{"i":%d}\n' % i for i in range(10)) + b'{"i":')
+    chunks = list(_complete_chunks(path, 0, 1 << 20, chunk_rows=4))
+    assert [buf.count(b"\n") for buf, _ in chunks] == [4, 4, 2]
+    assert b"".join(buf for buf, _ in chunks) == path.read_bytes()[:path.read_bytes().rindex(b"\n") + 1]
+    assert [end for _, end in chunks] == [sum(len(b) for b, _ in chunks[:k + 1]) for k in range(3)]
+    # Resuming from an offset counts from there; the unfinished last line waits.
+    assert [buf.count(b"\n") for buf, _ in _complete_chunks(path, chunks[0][1], 1 << 20, chunk_rows=4)] == [4, 2]

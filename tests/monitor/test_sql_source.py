@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 import sqlalchemy as sa
+from tests_support import valid_row
 
 from monitor import config as config_mod
 from monitor.runner import tick
-from tests_support import valid_row
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
