@@ -7,11 +7,12 @@ always on the same bins. It is a frozen value, stored as JSON.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,15 +63,14 @@ class FieldProfile:
     def bin_index(self, values: pd.Series) -> np.ndarray:
         """Bin of each value (int64); -1 for missing. Text: pass the strings, lengths are taken here."""
         if self.kind == "categorical":
-            if values.dtype != object:
-                values = as_category(values)
-            codes = pd.Categorical(values, categories=list(self.categories)).codes.astype("int64")
-            codes[(codes < 0) & values.notna().to_numpy()] = len(self.categories)
-            return codes
-        v = _lengths(values) if self.kind == "text" else _numbers(values)
-        idx = np.searchsorted(np.asarray(self.edges, dtype=float), v, side="right").astype("int64")
-        idx[np.isnan(v)] = -1
-        return idx
+            return self.category_index(values)
+        v = lengths(values)[0] if self.kind == "text" else _numbers(values)
+        return _bin_of(self.edges, v)
+
+    def category_index(self, values: pd.Series) -> np.ndarray:
+        """Categorical bin of each value: category position, len(categories) for any other value, -1 for
+        missing."""
+        return _category_bins(self, values).astype("int64", copy=False)
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,10 @@ class Profile:
                    prediction=fp(raw["prediction"]), label=fp(raw["label"]),
                    scores={k: fp(v) for k, v in raw["scores"].items()})
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
-        """16 hex digits naming these bins; partials from different profiles do not merge histograms."""
+        """16 hex digits naming these bins; partials from different profiles do not merge histograms.
+        Computed once per profile (a frozen value)."""
         return hashlib.blake2b(self.to_json().encode(), digest_size=8).hexdigest()
 
 
@@ -159,25 +160,145 @@ def resolve(profile: Any, schema: Schema | None) -> Profile | None:
 
 
 def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
-    n, missing = len(values), int(values.isna().sum())
+    n = len(values)
     if kind == "categorical":
-        text = as_category(values).dropna()
-        freq = text.value_counts(sort=False)
-        # Most frequent first, ties by value, so the profile is the same for the same data.
-        freq = freq.iloc[np.lexsort((freq.index.to_numpy(dtype=str), -freq.to_numpy()))]
-        kept = freq.iloc[:MAX_CATEGORIES]
-        other = int(freq.iloc[MAX_CATEGORIES:].sum())
-        return FieldProfile("categorical", n, missing, tuple(int(c) for c in kept) + (other,),
-                            categories=tuple(str(c) for c in kept.index), truncated=len(freq) > MAX_CATEGORIES)
-    v = _lengths(values) if kind == "text" else _numbers(values)
+        return _categorical_profile(values)
+    if kind == "text":
+        v, missing_mask = lengths(values)
+        missing = int(missing_mask.sum())
+    else:
+        v = _numbers(values)
+        missing = int(np.isnan(v).sum()) if _is_float(values) else int(values.isna().sum())
     finite = v[np.isfinite(v)]
-    edges = tuple(float(e) for e in np.unique(np.quantile(finite, np.linspace(0, 1, N_BINS + 1)[1:-1]))) \
-        if len(finite) else ()
-    probe = FieldProfile(kind, n, missing, (), edges=edges)
-    idx = probe.bin_index(values)
-    counts = tuple(int(c) for c in np.bincount(idx[idx >= 0], minlength=len(edges) + 1))
-    lo, hi = (float(finite.min()), float(finite.max())) if len(finite) else (None, None)
-    return FieldProfile(kind, n, missing, counts, edges=edges, min=lo, max=hi)
+    if not len(finite):
+        return FieldProfile(kind, n, missing, (int(np.isinf(v).sum()),), min=None, max=None)
+    lo, hi = float(finite.min()), float(finite.max())
+    finite.sort()
+    edges = tuple(float(e) for e in np.unique(_quantiles(finite, np.linspace(0, 1, N_BINS + 1)[1:-1])))
+    # Bin counts from the sorted values: bin k holds edges[k-1] <= v < edges[k]; -inf / +inf the end bins.
+    counts = np.diff(np.r_[0, np.searchsorted(finite, edges, side="left"), len(finite)])
+    counts[0] += int(np.isneginf(v).sum())
+    counts[-1] += int(np.isposinf(v).sum())
+    return FieldProfile(kind, n, missing, tuple(int(c) for c in counts), edges=edges, min=lo, max=hi)
+
+
+def _quantiles(ordered: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """np.quantile(ordered, qs) (linear method) of sorted values without numpy's partition: each
+    quantile interpolates its two neighbours exactly as np.quantile does (by calling it on them)."""
+    n = len(ordered)
+    virtual = (n - 1) * qs
+    previous = np.floor(virtual).astype("int64")
+    nxt = np.minimum(previous + 1, n - 1)
+    gamma = virtual - previous
+    return np.array([np.quantile(np.array([ordered[a], ordered[b]]), g)
+                     for a, b, g in zip(previous.tolist(), nxt.tolist(), gamma.tolist(), strict=True)])
+
+
+def _categorical_profile(values: pd.Series) -> FieldProfile:
+    n = len(values)
+    factorized = _factorize(values)
+    texts = _category_texts(values, factorized[1], raw=False) if factorized is not None else None
+    if factorized is not None and texts is not None:
+        # Count the raw values, then name only the distinct ones (values printing alike are summed).
+        codes = factorized[0]
+        present = codes[codes >= 0]
+        missing = n - len(present)
+        freq = pd.Series(np.bincount(present, minlength=len(texts)), index=pd.Index(texts, dtype=object))
+        if not freq.index.is_unique:
+            freq = freq.groupby(level=0, sort=False).sum()
+    else:
+        missing = int(values.isna().sum())
+        freq = as_category(values).dropna().value_counts(sort=False)
+    # Most frequent first, ties by value, so the profile is the same for the same data.
+    freq = freq.iloc[np.lexsort((freq.index.to_numpy(dtype=str), -freq.to_numpy()))]
+    kept = freq.iloc[:MAX_CATEGORIES]
+    other = int(freq.iloc[MAX_CATEGORIES:].sum())
+    return FieldProfile("categorical", n, missing, tuple(int(c) for c in kept) + (other,),
+                        categories=tuple(str(c) for c in kept.index), truncated=len(freq) > MAX_CATEGORIES)
+
+
+def _factorize(values: pd.Series) -> tuple[np.ndarray, Any] | None:
+    """Codes (-1 for missing, as isna) and distinct values, in no particular order; None for unhashable
+    values."""
+    try:
+        if values.dtype == object and len(values) >= 4096:
+            return _factorize_objects(np.ascontiguousarray(values.to_numpy(dtype=object)))
+        return pd.factorize(values, size_hint=1024)
+    except TypeError:
+        return None
+
+
+def _factorize_objects(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """pd.factorize of an object array, by object identity first: rows usually repeat a few objects
+    (parquet and Arrow hand out one object per distinct string), so hashing the pointers, then the few
+    distinct objects by value, beats hashing every string. Codes say the same; uniques come in another
+    order."""
+    # The array's own pointers (held alive by `arr` while they are used), as integers.
+    ptrs = np.frombuffer((ctypes.c_size_t * len(arr)).from_address(arr.ctypes.data), dtype=np.uintp)
+    # A small size hint: pandas sizes the hash table for every row otherwise (24 MiB per million).
+    by_id, ids = pd.factorize(ptrs, size_hint=1024)
+    del ptrs
+    if len(ids) > len(arr) // 4:  # mostly distinct objects: hash the values directly
+        return pd.factorize(arr)
+    first = np.empty(len(ids), dtype="int64")
+    first[by_id] = np.arange(len(arr))
+    codes, uniques = pd.factorize(arr[first])
+    return codes.astype("int64", copy=False)[by_id], uniques
+
+
+def _category_texts(values: pd.Series, uniques: Any, raw: bool) -> np.ndarray | None:
+    """The category text of each distinct value (as `as_category` writes it); None when distinct values
+    could print differently from values they were factorized with (object columns holding non-strings:
+    1, 1.0 and True are one value to a hash table). `raw`: object values are compared as they are."""
+    if values.dtype == object:
+        u = np.asarray(uniques, dtype=object)
+        if len(u) and pd.api.types.infer_dtype(u, skipna=False) != "string":  # all str, checked in C
+            return None
+        return u if raw else np.array([str(x) for x in u.tolist()], dtype=object)
+    return as_category(pd.Series(uniques)).to_numpy(dtype=object)
+
+
+def _is_float(values: pd.Series) -> bool:
+    return isinstance(values.dtype, np.dtype) and values.dtype.kind == "f"
+
+
+def _bin_of(edges: tuple[float, ...], v: np.ndarray) -> np.ndarray:
+    """Bin of each value on sorted inner `edges` (the number of edges <= v), -1 for NaN; int64."""
+    return _bins(edges, v).astype("int64", copy=False)
+
+
+def _bins(edges: tuple[float, ...], v: np.ndarray) -> np.ndarray:
+    """_bin_of in the smallest integer type (int8 for up to 100 edges)."""
+    if len(edges) <= 100:
+        # A comparison per edge is several times faster than a binary search per value for few edges.
+        idx = np.zeros(len(v), dtype="int8")
+        for e in edges:
+            idx += v >= e
+    else:
+        idx = np.searchsorted(np.asarray(edges, dtype=float), v, side="right").astype("int64")
+    idx[np.isnan(v)] = -1
+    return idx
+
+
+def _category_bins(ref: FieldProfile, values: pd.Series) -> np.ndarray:
+    """FieldProfile.category_index in a small integer type. Each distinct value is looked up once
+    (values are factorized first)."""
+    n_cats = len(ref.categories)
+    factorized = _factorize(values)
+    if factorized is not None:
+        codes, uniques = factorized
+        texts = _category_texts(values, uniques, raw=True)
+        if texts is not None:
+            lookup = pd.Index(list(ref.categories), dtype=object).get_indexer(texts)
+            lookup[lookup < 0] = n_cats
+            # One more slot for code -1 (missing), then one take.
+            small = "int16" if n_cats < 2**15 - 1 else "int64"
+            return np.append(lookup, -1).astype(small)[codes]
+    if values.dtype != object:
+        values = as_category(values)
+    codes = pd.Categorical(values, categories=list(ref.categories)).codes.astype("int64")
+    codes[(codes < 0) & values.notna().to_numpy()] = n_cats
+    return codes
 
 
 def as_category(values: pd.Series) -> pd.Series:
@@ -194,11 +315,34 @@ def as_category(values: pd.Series) -> pd.Series:
 
 
 def _numbers(values: pd.Series) -> np.ndarray:
+    """Values as float64, NaN for missing or not a number (read-only: may be the column's own array)."""
+    if _is_float(values) and values.dtype.itemsize == 8:
+        return values.to_numpy()
     return pd.to_numeric(values, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
 def _lengths(values: pd.Series) -> np.ndarray:
     return values.astype(object).where(values.notna(), None).str.len().to_numpy(dtype=float, na_value=np.nan)
+
+
+def lengths(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Text length of each value (NaN for missing or non-text), and the missing mask (as isna).
+    Lengths are taken once per distinct value."""
+    factorized = _factorize(values)
+    if factorized is None:
+        return _lengths(values), values.isna().to_numpy()
+    codes, uniques = factorized
+    missing = codes < 0
+    if not len(uniques):
+        return np.full(len(values), np.nan), missing
+    distinct = np.asarray(uniques, dtype=object)
+    if pd.api.types.infer_dtype(distinct, skipna=False) == "string":
+        per = np.fromiter(map(len, distinct.tolist()), dtype=float, count=len(distinct))
+    else:
+        per = _lengths(pd.Series(distinct, dtype=object))
+    v = per[codes]
+    v[missing] = np.nan
+    return v, missing
 
 
 def store_profile(store, service) -> Profile:

@@ -264,3 +264,67 @@ def test_a_tick_with_a_reference_stores_histograms_sketches_and_findings_inputs(
     assert window.rows == 300 and sum(window.hists["x"]) == 300 and sum(window.hists["len:t"]) == 300
     assert window.sketches[LATENCY].count == 300 and window.sketches["signal:queue_depth"].count == 300
     assert window.counts["cache:hit"] == 150 and window.profile
+
+
+# -- the fast paths agree with the straightforward computation -----------------------------------------
+
+def _pairwise(parts) -> Partial:
+    out = Partial()
+    for p in parts:
+        out = out.merge(p)
+    return out
+
+
+@FAST
+@given(st.lists(partials(), max_size=6))
+def test_merge_all_equals_merging_one_by_one(parts):
+    many = parts * 3
+    assert merge_all(many) == _pairwise(many)
+    assert merge_all(many).to_bytes() == _pairwise(many).to_bytes()
+
+
+def test_merge_all_of_many_sketches_unseen_and_mixed_profiles():
+    rng = np.random.default_rng(3)
+    rows = [{"minute": int(m), "x": float(x), "c": f"v{int(c)}", "t": "ab", "latency_ms": float(lat), "queue_depth": float(q)}
+            for m, x, c, lat, q in zip(rng.integers(0, 60, 3000), rng.normal(50, 30, 3000), rng.integers(0, 200, 3000),
+                                       rng.lognormal(3, 2, 3000), rng.normal(0, 5, 3000), strict=True)]
+    parts = list(folded(rows).values())
+    other = build_profile(pd.DataFrame({"x": [1.0, 2.0], "c": ["a", "b"], "t": ["a", "b"]}), SCHEMA)
+    odd = Partial.from_bytes(fold(frame(rows[:5]), timedelta(minutes=5), [], False, schema=SCHEMA, profile=other)[0].payload)
+    for seq in (parts, parts + [odd], [odd] + parts, [Partial()] + parts[:3] + [Partial()]):
+        assert merge_all(seq) == _pairwise(seq)
+
+
+def test_large_object_columns_bin_like_the_plain_lookups():
+    from monitor.profile import FieldProfile, as_category, lengths
+
+    rng = np.random.default_rng(4)
+    pool = np.array(["a", "b", "ccc", None, float("nan"), "", "a" * 40], dtype=object)
+    values = pd.Series(pool[rng.integers(0, len(pool), 20000)], dtype=object)
+    values[::7] = pd.Series([f"s{i % 300}" for i in range(len(values[::7]))], dtype=object).to_numpy()  # distinct objects
+    ref = FieldProfile("categorical", 0, 0, (0, 0, 0, 0), categories=("a", "s1", "ccc"))
+    plain = pd.Categorical(values, categories=list(ref.categories)).codes.astype("int64")
+    plain[(plain < 0) & values.notna().to_numpy()] = 3
+    assert np.array_equal(ref.bin_index(values), plain)
+    v, missing = lengths(values)
+    expected = values.where(values.notna(), None).str.len().to_numpy(dtype=float, na_value=np.nan)
+    assert np.array_equal(v, expected, equal_nan=True) and np.array_equal(missing, values.isna().to_numpy())
+    profile = build_profile(pd.DataFrame({"c": values}), Schema(features={"c": "categorical"})).fields["c"]
+    counts = as_category(values).dropna().value_counts()
+    assert profile.missing == int(values.isna().sum())
+    assert dict(zip(profile.categories, profile.counts, strict=False)) == {c: int(counts[c]) for c in profile.categories}
+
+
+def test_profile_edges_and_counts_match_numpy_quantiles():
+    from monitor.profile import N_BINS
+
+    rng = np.random.default_rng(5)
+    for values in (rng.normal(size=5001), rng.integers(0, 4, 3000).astype(float), np.r_[rng.lognormal(0, 3, 999), np.inf, -np.inf, np.nan]):
+        p = build_profile(pd.DataFrame({"x": values}), Schema(features={"x": "numeric"})).fields["x"]
+        finite = values[np.isfinite(values)]
+        edges = np.unique(np.quantile(finite, np.linspace(0, 1, N_BINS + 1)[1:-1]))
+        assert p.edges == tuple(float(e) for e in edges)
+        idx = np.searchsorted(edges, values, side="right")
+        idx[np.isnan(values)] = -1
+        assert p.counts == tuple(int(c) for c in np.bincount(idx[idx >= 0], minlength=len(edges) + 1))
+        assert np.array_equal(p.bin_index(pd.Series(values)), idx)
