@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 ARRIVED = "_arrived"  # when the row was read (the tick's clock): the lateness bound counts from here
 STAGE_PREFIX = "stage."  # wide columns holding each stage's duration in ms
@@ -46,8 +48,8 @@ def join(predictions: pd.DataFrame, timings: pd.DataFrame | None, now: datetime,
     before = len(predictions)
     if before:
         # Filter (a copy of every column) only when there is a repeat: usually there is none.
-        repeated = predictions["request_id"].duplicated(keep="first").to_numpy()
-        if repeated.any():
+        repeated = _repeated(predictions["request_id"])
+        if repeated is not None:
             predictions = predictions[~repeated]
     duplicates = before - len(predictions)
     if timings is None:
@@ -88,6 +90,52 @@ def join(predictions: pd.DataFrame, timings: pd.DataFrame | None, now: datetime,
         duplicates=duplicates,
         duplicate_timings=duplicate_timings,
     )
+
+
+def _repeated(ids: pd.Series) -> np.ndarray | None:
+    """Which ids repeat an earlier one (the first is kept); None when none does (the usual case)."""
+    if isinstance(ids.dtype, pd.ArrowDtype) and _distinct_fixed_width(pa.chunked_array(pa.array(ids.array))):
+        return None
+    repeated = ids.duplicated(keep="first").to_numpy()
+    return repeated if repeated.any() else None
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _distinct_fixed_width(ids: pa.ChunkedArray) -> bool:
+    """True when the ids are surely all distinct: same-length text (a usual id), hashed in numpy.
+
+    Equal ids hash alike, so distinct hashes prove distinct ids; a shared hash (or another kind of id)
+    answers False, and the caller checks exactly.
+    """
+    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) or ids.null_count or not len(ids):
+        return False
+    lengths = pc.binary_length(ids)
+    width = pc.min_max(lengths)
+    w = width["min"].as_py()
+    if w != width["max"].as_py() or not 0 < w <= 64:
+        return False
+    words = -(-w // 8)
+    hashes = []
+    for chunk in ids.chunks:
+        if not len(chunk):
+            continue
+        wide = np.dtype(np.int64 if pa.types.is_large_string(chunk.type) else np.int32)
+        first = int(np.frombuffer(chunk.buffers()[1], dtype=wide)[chunk.offset])
+        data = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)[first:first + len(chunk) * w].reshape(len(chunk), w)
+        if w != words * 8:
+            padded = np.zeros((len(chunk), words * 8), dtype=np.uint8)
+            padded[:, :w] = data
+            data = padded
+        cells = np.ascontiguousarray(data).view(np.uint64)
+        h = cells[:, 0].copy()
+        for j in range(1, words):
+            h *= _MIX
+            h ^= cells[:, j]
+        hashes.append(h)
+    h = np.concatenate(hashes) if len(hashes) > 1 else hashes[0]
+    return len(pd.unique(h)) == len(h)
 
 
 def _wide(timings: pd.DataFrame) -> pd.DataFrame:

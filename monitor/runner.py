@@ -194,7 +194,11 @@ def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Con
         # Rows parsed into Arrow are checked there; `frame` then holds the few rows whose types differ.
         main, main_bad = validate(kind, batch.table, batch.file, service.schema_, config.limits, now)
         if len(main) and len(accepted):
-            accepted = pd.concat([main, accepted], ignore_index=True).sort_values(LINE, kind="stable", ignore_index=True)
+            # The few odd rows take the main rows' Arrow text dtype: an object column would make every row one.
+            arrow = {c: main[c].dtype for c in accepted.columns
+                     if c in main and isinstance(main[c].dtype, pd.ArrowDtype) and accepted[c].dtype == object}
+            accepted = pd.concat([main, accepted.astype(arrow) if arrow else accepted], ignore_index=True)
+            accepted = accepted.sort_values(LINE, kind="stable", ignore_index=True)
         elif not len(accepted):
             accepted = main
         bad = sorted(main_bad + bad, key=_line_of) if bad else main_bad

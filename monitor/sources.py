@@ -146,14 +146,16 @@ class DirectorySource:
             header = _first_line(path)
             if header is None:
                 return  # header not complete yet
-        for buf, offset in _complete_chunks(path, state.offset, self.limits.chunk_bytes, self.limits.chunk_rows):
+        for buf, offset, newlines in _line_chunks(path, state.offset, self.limits.chunk_bytes,
+                                                  self.limits.chunk_rows):
             if state.offset == 0 and buf.startswith(_BOM):
-                buf = buf[len(_BOM):]
+                buf, newlines = buf[len(_BOM):], None
             first_line = state.line
             skip_header = fmt == "csv" and state.offset == 0
             table = None
             if fmt == "jsonl":
-                table, frame, rejects, lines = _parse_jsonl_parts(buf, first_line, path.name, self.limits)
+                table, frame, rejects, lines = _parse_jsonl_parts(buf, first_line, path.name, self.limits,
+                                                                      newlines)
             elif fmt == "otlp":
                 frame, rejects, lines = parse_otlp_lines(buf, first_line, path.name)
             else:
@@ -191,24 +193,42 @@ def _complete_chunks(path: Path, offset: int, chunk_bytes: int,
     A stretch holds at most `chunk_bytes` bytes (unless one line is longer) and `chunk_rows` lines.
     A last line without its newline is left for a later read: it may still be being written.
     """
+    for buf, end, _ in _line_chunks(path, offset, chunk_bytes, chunk_rows):
+        yield buf, end
+
+
+def _line_chunks(path: Path, offset: int, chunk_bytes: int,
+                 chunk_rows: int | None = None) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
+    """`_complete_chunks`, with the position of each newline in the stretch when it was found (else None)."""
     for buf, end in _byte_chunks(path, offset, chunk_bytes):
-        if chunk_rows is None or buf.count(b"\n") <= chunk_rows:
-            yield buf, end
+        if chunk_rows is None or len(buf) <= chunk_rows:  # each line holds a newline: no more lines than bytes
+            yield buf, end, None
+            continue
+        newlines = _newlines(buf)
+        if len(newlines) <= chunk_rows:
+            yield buf, end, newlines
             continue
         # Narrow lines: cut after every chunk_rows-th newline.
-        ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)[chunk_rows - 1::chunk_rows] + 1
+        ends = newlines[chunk_rows - 1::chunk_rows] + 1
         start = end - len(buf)
         prev = 0
         for cut in ends.tolist():
-            yield buf[prev:cut], start + cut
+            yield buf[prev:cut], start + cut, None
             prev = cut
         if prev < len(buf):
-            yield buf[prev:], end
+            yield buf[prev:], end, None
+
+
+def _newlines(buf: bytes) -> np.ndarray:
+    return np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
 
 
 def _byte_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
     """`_complete_chunks` by bytes only."""
-    pieces = _gzip_pieces(path, offset) if path.suffix == ".gz" else _plain_pieces(path, offset)
+    if path.suffix != ".gz":
+        yield from _plain_chunks(path, offset, chunk_bytes)
+        return
+    pieces = _gzip_pieces(path, offset)
     # Pieces are gathered in a list and joined once per chunk: `carry += piece` would copy the growing
     # chunk again for every piece.
     parts: list[bytes] = []
@@ -235,11 +255,52 @@ def _byte_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[by
         yield carry if cut == len(carry) else carry[:cut], offset + cut
 
 
-def _plain_pieces(path: Path, offset: int, size: int = 16 << 20) -> Iterator[bytes]:
+def _plain_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """`_byte_chunks` of an uncompressed file: each chunk read once, at its size, where it starts.
+
+    The end of a chunk (its last newline within `chunk_bytes`) is found in a short read of its tail first,
+    so the chunk is read straight into its own buffer: no joining of pieces, no copy of a carried-over rest.
+    """
+    probe = min(chunk_bytes, 1 << 16)
     with open(path, "rb") as fh:
-        fh.seek(offset)
-        while piece := fh.read(size):
-            yield piece
+        size = os.fstat(fh.fileno()).st_size
+        while offset < size:
+            span = min(chunk_bytes, size - offset)
+            fh.seek(offset + span - probe if span > probe else offset)
+            tail = fh.read(min(probe, span))
+            if len(tail) < min(probe, span):  # the file shrank meanwhile: the next read sees it
+                return
+            k = tail.rfind(b"\n")
+            if k >= 0:
+                cut = span - len(tail) + k + 1
+                fh.seek(offset)
+                buf = fh.read(cut)
+                if len(buf) < cut:  # the file shrank meanwhile: the next read sees it
+                    return
+            else:
+                fh.seek(offset)
+                buf = fh.read(span)
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:
+                    if span < chunk_bytes:
+                        return  # an unfinished last line: it waits for a later read
+                    # One line longer than a chunk: hand it over whole, the parser quarantines it.
+                    parts = [buf]
+                    while True:
+                        more = fh.read(chunk_bytes)
+                        if not more:
+                            return
+                        j = more.find(b"\n")
+                        if j >= 0:
+                            parts.append(more[:j + 1])
+                            break
+                        parts.append(more)
+                    buf = b"".join(parts)
+                    cut = len(buf)
+                elif cut < len(buf):
+                    buf = buf[:cut]
+            offset += cut
+            yield buf, offset
 
 
 def _gzip_pieces(path: Path, offset: int, size: int = 4 << 20) -> Iterator[bytes]:
@@ -261,9 +322,9 @@ def _gzip_pieces(path: Path, offset: int, size: int = 4 << 20) -> Iterator[bytes
                     yield out
 
 
-def _line_bounds(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _line_bounds(buf: bytes, newlines: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (exclusive, without the newline) of every complete line in `buf`."""
-    ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+    ends = _newlines(buf) if newlines is None else newlines
     starts = np.empty_like(ends)
     if len(ends):
         starts[0] = 0
@@ -312,13 +373,14 @@ def parse_jsonl(buf: bytes, first_line: int, file: str, limits: Limits) -> tuple
     return frame, rejects, n
 
 
-def _parse_jsonl_parts(buf: bytes, first_line: int, file: str,
-                       limits: Limits) -> tuple[pa.Table | None, pd.DataFrame, list[Reject], int]:
+def _parse_jsonl_parts(buf: bytes, first_line: int, file: str, limits: Limits,
+                       newlines: np.ndarray | None = None) -> tuple[pa.Table | None, pd.DataFrame, list[Reject], int]:
     """JSON Lines as (rows in one Arrow table, the few rows whose field types differ from it, rejects, lines).
 
     Blocks of lines are parsed on a thread pool; rows and rejects keep the order of their lines.
+    `newlines`: the position of every newline in `buf`, when the caller has it already.
     """
-    starts, ends = _line_bounds(buf)
+    starts, ends = _line_bounds(buf, newlines)
     n = len(ends)
     lengths = ends - starts
     rejects: list[Reject] = []
@@ -483,8 +545,12 @@ def _flag_oversize(table: pa.Table, max_chars: int) -> pa.Table:
     over = None
     for col in table.columns:
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            lengths = pc.binary_length(col)
+            longest = pc.max(lengths).as_py()
+            if longest is None or longest <= max_chars:
+                continue  # the usual case: no cell to flag, no mask to build
             # A null cell is not oversize; without fill_null a null would hide a hit in another column.
-            hit = pc.fill_null(pc.greater(pc.binary_length(col), max_chars), False)
+            hit = pc.fill_null(pc.greater(lengths, max_chars), False)
             over = hit if over is None else pc.or_(over, hit)
     if over is None or not pc.any(over).as_py():
         return table

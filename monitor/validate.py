@@ -168,12 +168,24 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     columns: dict[str, pd.Series] = {}
     for name, values in out.items():
         if isinstance(values, pa.ChunkedArray):
-            columns[name] = (values.filter(mask) if some else values).to_pandas()
+            # Strings stay in Arrow (no Python object per cell, no block to consolidate).
+            columns[name] = pd.Series(pd.arrays.ArrowExtensionArray(
+                _as_string(values.filter(mask) if some else values)), copy=False)
         else:
             columns[name] = values[keep].reset_index(drop=True) if some else values
     accepted = pd.DataFrame(columns) if columns else pd.DataFrame(index=pd.RangeIndex(int(keep.sum())))
     accepted[LINE] = lines[keep] if some else lines
     return accepted, rejects
+
+
+def _as_string(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Text as Arrow `string` (one pandas dtype, `string[pyarrow]`, whichever way it was read)."""
+    if values.type == pa.string():
+        return values
+    try:
+        return pc.cast(values, pa.string())
+    except pa.ArrowInvalid:  # more than 2 GiB of text in one chunk: it stays `large_string`
+        return values
 
 
 def _bools(values) -> np.ndarray:
