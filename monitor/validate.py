@@ -66,14 +66,8 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
     if isinstance(frame, pa.Table):
         return _validate_table(kind, frame, file, schema, limits, now)
     n = len(frame)
-    reason = np.full(n, "", dtype=object)
-    flagged = np.zeros(n, dtype=bool)
-
-    def mark(mask, code: Reason) -> None:
-        mask = np.asarray(mask, dtype=bool) & ~flagged
-        if mask.any():
-            reason[mask] = code.value
-            flagged[mask] = True
+    marks = _Marks(n)
+    mark, reason, flagged = marks.mark, marks.reason, marks.flagged
 
     if OVERSIZE in frame:
         mark(frame[OVERSIZE].to_numpy(dtype=bool, na_value=False), Reason.oversize_field)
@@ -90,19 +84,7 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
         mark(bad, Reason.wrong_type)
         out[name] = values
 
-    for name in ("ts", "label_ts", "start_ts"):
-        if name in out:
-            ts = out[name]
-            mark((ts < pd.Timestamp(limits.min_ts)).to_numpy(), Reason.bad_timestamp)
-            mark((ts > pd.Timestamp(now) + limits.max_future).to_numpy(), Reason.future_timestamp)
-    if "status" in out and kind == RecordKind.predictions:
-        mark(~out["status"].isin(STATUSES).to_numpy(), Reason.unknown_status)
-    for name in DURATIONS:
-        if name in out:
-            v = out[name].to_numpy(dtype=float)
-            required = name in REQUIRED[kind]
-            bad = ~np.isfinite(v) if required else np.isinf(v)
-            mark(bad | (v < 0), Reason.bad_duration)
+    _check_values(out, kind, limits, now, mark)
 
     rejected = np.flatnonzero(flagged)
     rejects = [Reject(f"{file}:{frame[LINE].iat[i]}", Reason(reason[i]), _row_excerpt(frame, i)) for i in rejected]
@@ -117,14 +99,8 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     """`validate` for an Arrow table: the same checks in the same order, strings left in Arrow."""
     n = table.num_rows
     names = set(table.column_names)
-    reason = np.full(n, "", dtype=object)
-    flagged = np.zeros(n, dtype=bool)
-
-    def mark(mask, code: Reason) -> None:
-        mask = np.asarray(mask, dtype=bool) & ~flagged
-        if mask.any():
-            reason[mask] = code.value
-            flagged[mask] = True
+    marks = _Marks(n)
+    mark, reason, flagged = marks.mark, marks.reason, marks.flagged
 
     if OVERSIZE in names:
         mark(_bools(table[OVERSIZE]), Reason.oversize_field)
@@ -141,23 +117,7 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
         mark(bad, Reason.wrong_type)
         out[name] = values
 
-    for name in ("ts", "label_ts", "start_ts"):
-        if name in out:
-            ts = out[name]
-            mark((ts < pd.Timestamp(limits.min_ts)).to_numpy(), Reason.bad_timestamp)
-            mark((ts > pd.Timestamp(now) + limits.max_future).to_numpy(), Reason.future_timestamp)
-    if "status" in out and kind == RecordKind.predictions:
-        status = out["status"]
-        if isinstance(status, pa.ChunkedArray):
-            mark(~_bools(pc.is_in(status, value_set=pa.array(STATUSES))), Reason.unknown_status)
-        else:
-            mark(~status.isin(STATUSES).to_numpy(), Reason.unknown_status)
-    for name in DURATIONS:
-        if name in out:
-            v = out[name].to_numpy(dtype=float)
-            required = name in REQUIRED[kind]
-            bad = ~np.isfinite(v) if required else np.isinf(v)
-            mark(bad | (v < 0), Reason.bad_duration)
+    _check_values(out, kind, limits, now, mark)
 
     lines = table[LINE].to_numpy()
     rejected = np.flatnonzero(flagged)
@@ -176,6 +136,41 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     accepted = pd.DataFrame(columns) if columns else pd.DataFrame(index=pd.RangeIndex(int(keep.sum())))
     accepted[LINE] = lines[keep] if some else lines
     return accepted, rejects
+
+
+class _Marks:
+    """One reason code per row: the first check that flags a row names it."""
+
+    def __init__(self, n: int):
+        self.reason = np.full(n, "", dtype=object)
+        self.flagged = np.zeros(n, dtype=bool)
+
+    def mark(self, mask, code: Reason) -> None:
+        mask = np.asarray(mask, dtype=bool) & ~self.flagged
+        if mask.any():
+            self.reason[mask] = code.value
+            self.flagged[mask] = True
+
+
+def _check_values(out: dict, kind: RecordKind, limits: Limits, now: datetime, mark) -> None:
+    """The checks on converted values, shared by both paths: timestamps, status, durations."""
+    for name in ("ts", "label_ts", "start_ts"):
+        if name in out:
+            ts = out[name]
+            mark((ts < pd.Timestamp(limits.min_ts)).to_numpy(), Reason.bad_timestamp)
+            mark((ts > pd.Timestamp(now) + limits.max_future).to_numpy(), Reason.future_timestamp)
+    if "status" in out and kind == RecordKind.predictions:
+        status = out["status"]
+        if isinstance(status, pa.ChunkedArray):
+            mark(~_bools(pc.is_in(status, value_set=pa.array(STATUSES))), Reason.unknown_status)
+        else:
+            mark(~status.isin(STATUSES).to_numpy(), Reason.unknown_status)
+    for name in DURATIONS:
+        if name in out:
+            v = out[name].to_numpy(dtype=float)
+            required = name in REQUIRED[kind]
+            bad = ~np.isfinite(v) if required else np.isinf(v)
+            mark(bad | (v < 0), Reason.bad_duration)
 
 
 def _as_string(values: pa.ChunkedArray) -> pa.ChunkedArray:
