@@ -17,7 +17,7 @@ from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
 from monitor.frame import ARRIVED, from_blobs, join, to_blob
 from monitor.partials import fold, merge_bytes
-from monitor.profile import stored_profile
+from monitor.profile import Profile, stored_profile
 from monitor.sources import LINE, Batch, open_source
 from monitor.validate import validate
 from monitor.windows import score, store_scored, windows_for
@@ -68,8 +68,12 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
     with store.transaction() as session:
         tick_id = store.start_tick(session, service.name, now)
     try:
-        _ingest(config, service, store, now, tick_id, report)
-        _score(service, store, now, tick_id, report)
+        # One profile for the tick: the bins partials are folded on are the bins windows are scored on.
+        profile, note = stored_profile(store, service)
+        if note:
+            report.notes.append(note)
+        _ingest(config, service, store, now, tick_id, report, profile)
+        _score(service, store, now, tick_id, report, profile)
     except Exception as exc:  # a tick never crashes the daemon; its row says what went wrong
         report.status, report.error = "error", f"{type(exc).__name__}: {exc}"
     report.seconds = round(time.perf_counter() - started, 3)
@@ -80,11 +84,9 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
     return report
 
 
-def _score(service: Service, store: Store, now: datetime, tick_id: int, report: TickReport) -> None:
+def _score(service: Service, store: Store, now: datetime, tick_id: int, report: TickReport,
+           profile: Profile | None) -> None:
     """Score the closed windows this tick completed or added rows to, and store their findings."""
-    profile, note = stored_profile(store, service)
-    if note:
-        report.notes.append(note)
     touched = None
     if report.first_ts is not None:
         touched = (datetime.fromisoformat(report.first_ts), datetime.fromisoformat(report.last_ts))
@@ -118,7 +120,8 @@ def _tick_counts(report: TickReport) -> dict:
     }
 
 
-def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_id: int, report: TickReport) -> None:
+def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_id: int, report: TickReport,
+            profile: Profile | None) -> None:
     name = service.name
     pred_source = open_source(f"{name}/predictions", service.sources.predictions, config.limits)
     time_source = (open_source(f"{name}/timings", service.sources.timings, config.limits)
@@ -146,7 +149,7 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
         for _, row in joined.orphans.iterrows():
             rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row)))
         ready = joined.ready
-        partials = fold(ready, service.buckets.size, service.schema_.segments, timed=time_source is not None, schema=service.schema_, profile=service.reference)
+        partials = fold(ready, service.buckets.size, service.schema_.segments, timed=time_source is not None, schema=service.schema_, profile=profile)
 
         with store.transaction() as session:
             store.add_quarantine(session, [
