@@ -12,7 +12,7 @@ $(BIN)/python:
 # Reinstall when the dependency list changes.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[postgres,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[postgres,dask,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -216,6 +216,7 @@ class Service(_Model):
     reference: Reference | None = None
     buckets: Buckets = Field(default_factory=Buckets)
     join: Join = Field(default_factory=Join)
+    # --- per-service settings of later stages: checks (issue 4), quality (issue 5), rules (issue 6) ---
 
 
 class Storage(_Model):
@@ -255,6 +256,7 @@ class Config(_Model):
     storage: Storage = Field(default_factory=Storage)
     limits: Limits = Field(default_factory=Limits)
     services: list[Service] = Field(min_length=1)
+    # --- process-wide settings of later stages: alerts and Slack (issue 6), daemon (issue 7) ---
 
     @model_validator(mode="before")
     @classmethod

@@ -289,3 +289,12 @@ class ReferenceProfile(Base):
     rows: Mapped[int] = mapped_column(BigInteger, nullable=False)
     built_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     profile: Mapped[str] = mapped_column(Text, nullable=False)  # Profile.to_json()
+
+
+# --- labels and quality (migration 0003, issue 5) ---
+
+
+# --- verdicts, alerts, silences and notifications (migration 0004, issue 6) ---
+
+
+# --- operations (migration 0005, issue 7) ---

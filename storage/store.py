@@ -597,3 +597,9 @@ class Store:
         )
         fields = ("id",) + FINDING_REQUIRED + FINDING_OPTIONAL
         return [{name: getattr(f, name) for name in fields} for f in session.scalars(query)]
+
+    # --- labels and quality (issue 5) ---
+
+    # --- verdicts, alerts, silences and notifications (issue 6) ---
+
+    # --- operations: leader, heartbeat, retention (issue 7) ---
