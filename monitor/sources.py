@@ -38,6 +38,8 @@ _JSON_BLOCK_LINES = 4096  # lines per parse call; a bad line costs a re-parse of
 _ERROR_ROW = re.compile(r"in row (\d+)$")
 _WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while parsing a block
 _BOM = b"\xef\xbb\xbf"
+# Deeper JSON is quarantined as oversize_field before parsing (see _too_deep); real records nest 2-3 levels.
+MAX_JSON_DEPTH = 64
 
 
 @dataclass
@@ -94,7 +96,7 @@ class DirectorySource:
             state, events = self._resume(path, key, st.st_size, offsets.get(key))
             fmt = file_format(path, self.config.format)
             if fmt == "parquet":
-                yield from self._read_parquet(path, state, events)
+                yield from self._read_parquet(path, state, events, seen=key in offsets)
             elif fmt in ("jsonl", "csv", "otlp"):
                 yield from self._read_lines(path, state, events, fmt)
             # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
@@ -119,11 +121,22 @@ class DirectorySource:
         # A file that was shorter than FINGERPRINT_BYTES when first seen gets a longer fingerprint now.
         return replace(state, path=str(path), fingerprint=_fingerprint(path)), []
 
-    def _read_parquet(self, path: Path, state: OffsetState, events: list[str]) -> Iterator[Batch]:
+    def _read_parquet(self, path: Path, state: OffsetState, events: list[str], seen: bool) -> Iterator[Batch]:
         try:
             pf = pq.ParquetFile(path)
-        except (pa.ArrowInvalid, OSError):
-            return  # no footer yet: a Parquet file still being written is read once it is complete
+        except (pa.ArrowInvalid, OSError) as exc:
+            # No footer yet: a Parquet file still being written is read once it is complete. One that stays
+            # unreadable at the same size from one tick to the next is broken: quarantined once, as a file.
+            size = path.stat().st_size
+            if not seen:
+                yield Batch(self.name, path.name, pd.DataFrame({LINE: []}), [], replace(state, size=size), events)
+            elif state.size == size and state.offset < size:
+                reject = Reject(path.name, Reason.unparseable, excerpt(f"not a readable Parquet file: {exc}"))
+                yield Batch(self.name, path.name, pd.DataFrame({LINE: []}), [reject],
+                            replace(state, offset=size, size=size), events)
+            elif state.size != size:
+                yield Batch(self.name, path.name, pd.DataFrame({LINE: []}), [], replace(state, size=size), events)
+            return
         if state.line >= pf.metadata.num_rows:
             return
         row = 0
@@ -401,6 +414,10 @@ def _parse_jsonl_parts(buf: bytes, first_line: int, file: str, limits: Limits,
                 rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding,
                                       excerpt(buf[starts[i]:ends[i]])))
 
+    for i in _too_deep(buf, starts, ends, skip):
+        skip[i] = True
+        rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:ends[i]])))
+
     blocks = [idx[~skip[idx]] for idx in
               (np.arange(b, min(n, b + _JSON_BLOCK_LINES)) for b in range(0, n, _JSON_BLOCK_LINES))]
     blocks = [idx for idx in blocks if len(idx)]
@@ -421,6 +438,44 @@ def _parse_jsonl_parts(buf: bytes, first_line: int, file: str, limits: Limits,
     rejects += [r for _, bad in results for r in bad]
     table, odd = _combine(tables, limits.max_field_chars)
     return table, odd, rejects, n
+
+
+def _too_deep(buf: bytes, starts: np.ndarray, ends: np.ndarray, skip: np.ndarray) -> list[int]:
+    """Lines whose JSON nests deeper than MAX_JSON_DEPTH (not yet skipped).
+
+    pyarrow's reader and its conversion to pandas recurse per level and crash the process (a segfault, not
+    an exception) somewhere past a few thousand levels, so such lines never reach them.
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    opens = np.flatnonzero((arr == 0x5B) | (arr == 0x7B))  # '[' and '{'
+    if len(opens) <= MAX_JSON_DEPTH:
+        return []
+    # Cheap bound first: a line with few brackets cannot nest deep; only the rest is scanned exactly.
+    per_line = np.bincount(np.searchsorted(ends, opens, side="right"), minlength=len(ends) + 1)[:len(ends)]
+    return [int(i) for i in np.flatnonzero(per_line > MAX_JSON_DEPTH)
+            if not skip[i] and _depth(buf[starts[i]:ends[i]]) > MAX_JSON_DEPTH]
+
+
+def _depth(line: bytes) -> int:
+    """The deepest nesting of arrays and objects in one JSON text (brackets inside strings ignored)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def _read_block(data) -> pa.Table:
@@ -570,8 +625,10 @@ def parse_csv(buf: bytes, header: bytes, skip_header: bool, first_line: int, fil
     rejects = [Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding, excerpt(buf[starts[i]:ends[i]]))
                for i in sorted(_bad_utf8_lines(buf, starts))]
     keep = np.arange(len(ends), dtype=np.int64)
-    if rejects:
-        keep = np.setdiff1d(keep, [int(r.position.rsplit(":", 1)[1]) - first_line - 1 for r in rejects])
+    # Blank lines hold no row, and pyarrow skips them: dropped here so its row numbers map back to lines.
+    blank = [int(i) for i in np.flatnonzero(ends - starts <= 2) if not buf[starts[i]:ends[i]].strip()]
+    if rejects or blank:
+        keep = np.setdiff1d(keep, [int(r.position.rsplit(":", 1)[1]) - first_line - 1 for r in rejects] + blank)
         buf = b"".join(buf[starts[i]:ends[i] + 1] for i in keep)
     if not len(keep):
         return _empty_frame(), rejects, n

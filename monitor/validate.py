@@ -263,12 +263,19 @@ def _convert(s: pd.Series, typ: str) -> tuple[pd.Series, np.ndarray]:
         inferred = pd.api.types.infer_dtype(s, skipna=True)
         if inferred in ("string", "empty"):  # the common case, checked in C: nothing to convert
             return s.astype(object), np.zeros(len(s), bool)
-        ok = np.array([v is None or v != v or _is_scalar_text(v) for v in s.to_numpy(dtype=object)], dtype=bool)
+        # Absent values (None, NaN) are `present`'s business; element-wise `v != v` breaks on array values.
+        ok = np.array([_is_scalar_text(v) for v in s.to_numpy(dtype=object)], dtype=bool)
         bad = present & ~ok
         values = s.where(~bad).map(_as_text, na_action="ignore")
         return values.astype(object), bad
-    if pd.api.types.is_integer_dtype(s) or (typ != "id" and pd.api.types.is_numeric_dtype(s)):
+    if pd.api.types.is_integer_dtype(s):
         return s.map(_as_text, na_action="ignore").astype(object), np.zeros(len(s), bool)
+    if typ != "id" and pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+        # Whole numbers read as floats are text too ("3.0" -> "3"); fractions, NaN and inf are not.
+        raw = s.to_numpy(dtype=float, na_value=np.nan)
+        whole = np.isfinite(raw) & (np.floor(raw) == raw)
+        bad = present & ~whole
+        return s.where(whole).map(_as_text, na_action="ignore").astype(object), bad
     return pd.Series([None] * len(s), index=s.index, dtype=object), present
 
 
@@ -295,11 +302,12 @@ def _as_text(value) -> str:
 def _to_utc(s: pd.Series, present: np.ndarray) -> tuple[pd.Series, np.ndarray]:
     """RFC 3339 text or epoch seconds -> datetime64[ns, UTC]; unconvertible values are flagged."""
     if isinstance(s.dtype, pd.DatetimeTZDtype):
-        return s.dt.tz_convert("UTC"), np.zeros(len(s), bool)
+        return _as_ns(s.dt.tz_convert("UTC"), present)
     if pd.api.types.is_datetime64_dtype(s):
-        return s.dt.tz_localize("UTC"), np.zeros(len(s), bool)
+        return _as_ns(s.dt.tz_localize("UTC"), present)
     if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
-        return _from_epoch(s.astype(float)), present & ~np.isfinite(s.to_numpy(dtype=float))
+        values = _from_epoch(s.astype(float))
+        return values, present & values.isna().to_numpy()
     # Mixed: text, numbers, maybe datetimes from blocks that inferred them.
     raw = s.to_numpy(dtype=object)
     is_text = np.array([isinstance(v, str) for v in raw], dtype=bool)
@@ -319,11 +327,19 @@ def _to_utc(s: pd.Series, present: np.ndarray) -> tuple[pd.Series, np.ndarray]:
     if is_num.any():
         result[is_num] = _from_epoch(s[is_num].astype(float))
     if is_dt.any():
-        result[is_dt] = pd.to_datetime(s[is_dt], utc=True)
+        result[is_dt] = pd.to_datetime(s[is_dt], utc=True, errors="coerce")  # out of ns range: NaT, flagged
     return result, present & result.isna().to_numpy()
 
 
-_MAX_EPOCH = 1e11  # year ~5138: beyond it pandas cannot hold the value in nanoseconds
+def _as_ns(s: pd.Series, present: np.ndarray) -> tuple[pd.Series, np.ndarray]:
+    """Aware UTC datetimes of any unit as nanoseconds, the one unit every frame is joined and folded in;
+    instants nanoseconds cannot hold (a year 9999 read as seconds) are flagged."""
+    fits = (s >= pd.Timestamp.min.tz_localize("UTC")) & (s <= pd.Timestamp.max.tz_localize("UTC"))
+    fits = fits.to_numpy(dtype=bool, na_value=False)
+    return s.where(fits).astype("datetime64[ns, UTC]"), present & ~fits
+
+
+_MAX_EPOCH = 9.2e9  # year ~2261: past it, nanoseconds since 1970 overflow int64
 
 
 def _from_epoch(seconds: pd.Series) -> pd.Series:
