@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench reliability clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Fuzz, fault, crash and canary tests, with a summary table (rows lost and duplicates must be 0).
+reliability: $(STAMP)
+	$(BIN)/python -m pytest -q -m reliability -p no:cacheprovider -p no:warnings tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -328,9 +328,11 @@ yaml_values = st.recursive(
     max_leaves=15)
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=st.one_of(yaml_values, st.binary(max_size=200)))
-def test_fuzzed_config_gives_a_clear_error_or_a_config(tmp_path_factory, doc):
+def test_fuzzed_config_gives_a_clear_error_or_a_config(tmp_path_factory, record_property, doc):
+    record_property("rel_inputs", 1)
     path = tmp_path_factory.mktemp("cfg") / "tailwatch.yaml"
     path.write_bytes(doc if isinstance(doc, bytes) else yaml.safe_dump(doc).encode())
     try:
