@@ -1,0 +1,7 @@
+"""Notifications: the durable outbox and its Slack sender. `drain` is what the daemon calls."""
+
+from __future__ import annotations
+
+from monitor.notify.outbox import DrainReport, drain
+
+__all__ = ["DrainReport", "drain"]

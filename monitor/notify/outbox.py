@@ -1,0 +1,158 @@
+"""The outbox sender: send due notifications in order, one incident's messages strictly one after another,
+retrying with backoff (Slack's Retry-After when it gives one); a Slack outage of hours delays messages,
+never loses or duplicates them.
+
+Each item's outcome is committed on its own, right after its Slack call, so a crash repeats at most the
+one call in flight; a post or reply whose response was lost is looked up by its dedup key before it is
+sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+
+from monitor.config import Config, ConfigError
+from monitor.notify.slack import SendResult, SlackSender, make_client
+from storage.models import Incident, Outbox
+from storage.store import Store, utc
+
+log = logging.getLogger(__name__)
+
+BACKOFF_FIRST = timedelta(seconds=30)
+BACKOFF_MAX = timedelta(minutes=30)
+AMBIGUOUS = "ambiguous: "  # last_error prefix: the previous attempt may have reached Slack
+
+
+@dataclass
+class DrainReport:
+    """What one drain did: items sent, deferred for a retry, failed for good, or left waiting."""
+
+    now: str
+    sent: int = 0
+    retried: int = 0
+    failed: int = 0
+    waiting: int = 0  # behind an unsent earlier message of the same incident
+    errors: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def backoff(attempts: int) -> timedelta:
+    """Delay before attempt `attempts` + 1: 30 s doubling per attempt, at most 30 min."""
+    return min(BACKOFF_FIRST * (2 ** max(attempts - 1, 0)), BACKOFF_MAX)
+
+
+def sender_for(config: Config, client=None) -> SlackSender | None:
+    """The sender the config asks for (bot token first, webhook second), with `client` replacing the
+    WebClient in tests; None when Slack is not configured."""
+    slack = config.alerts.slack
+    if slack is None:
+        return None
+    if client is not None:
+        return SlackSender(client=client, secrets=tuple(_secrets(slack)))
+    if slack.token is not None:
+        token = slack.token.resolve()
+        return SlackSender(client=make_client(token, slack.base_url, slack.timeout.total_seconds()),
+                           secrets=(token,))
+    if slack.webhook_url is not None:
+        from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler, ServerErrorRetryHandler
+        from slack_sdk.webhook import WebhookClient
+
+        url = slack.webhook_url.resolve()
+        hook = WebhookClient(url, timeout=int(slack.timeout.total_seconds()),
+                             retry_handlers=[RateLimitErrorRetryHandler(1), ServerErrorRetryHandler(1)])
+        return SlackSender(webhook=hook, secrets=(url,))
+    return None
+
+
+def _secrets(slack) -> list[str]:
+    out = []
+    for secret in (slack.token, slack.webhook_url):
+        if secret is not None:
+            try:
+                out.append(secret.resolve())
+            except ConfigError:
+                pass
+    return out
+
+
+def drain(config: Config, store: Store, now: datetime, client=None, limit: int = 200) -> DrainReport:
+    """Send the outbox items due at `now` (oldest first), at most `limit`."""
+    now = utc(now)
+    report = DrainReport(now=now.isoformat())
+    try:
+        sender = sender_for(config, client)
+    except ConfigError as exc:
+        report.note = str(exc)  # names the variable or file, never the value
+        return report
+    if sender is None:
+        report.note = "alerts.slack is not configured: nothing sent"
+        return report
+    max_attempts = config.alerts.slack.max_attempts
+    with store.transaction() as session:
+        due = session.execute(select(Outbox.id, Outbox.incident_id).where(
+            Outbox.status == "pending", Outbox.next_attempt_at <= now).order_by(Outbox.id).limit(limit)).all()
+    blocked: set[int] = set()
+    for item_id, incident_id in due:
+        if incident_id is not None and (incident_id in blocked or _earlier_unsent(store, incident_id, item_id)):
+            # An earlier message of this incident is not sent yet: this one waits, to keep the order.
+            report.waiting += 1
+            blocked.add(incident_id)
+            continue
+        ok = _send_one(store, sender, item_id, now, max_attempts, report)
+        if not ok and incident_id is not None:
+            blocked.add(incident_id)
+    return report
+
+
+def _earlier_unsent(store: Store, incident_id: int, item_id: int) -> bool:
+    with store.transaction() as session:
+        return session.scalar(select(Outbox.id).where(
+            Outbox.incident_id == incident_id, Outbox.id < item_id, Outbox.status != "sent").limit(1)) is not None
+
+
+def _send_one(store: Store, sender: SlackSender, item_id: int, now: datetime, max_attempts: int,
+              report: DrainReport) -> bool:
+    with store.transaction() as session:
+        item = session.get(Outbox, item_id)
+        if item is None or item.status != "pending":
+            return True  # another drain got it
+        incident = session.get(Incident, item.incident_id) if item.incident_id is not None else None
+        kind, payload, key = item.kind or "post", item.payload or {}, item.dedup_key
+        channel = (incident.channel if incident is not None and incident.channel else None) or item.channel
+        thread_ts = incident.slack_ts if incident is not None else None
+        check_first = (item.last_error or "").startswith(AMBIGUOUS)
+    if kind in ("update", "reply") and thread_ts is None and sender.client is not None:
+        result = SendResult(False, error="the incident's first message has no Slack ts", permanent=True)
+    else:
+        result = sender.send(kind, channel, payload, key, thread_ts, check_first)
+    with store.transaction() as session:
+        item = session.get(Outbox, item_id)
+        item.attempts += 1
+        if result.ok:
+            item.status, item.sent_at, item.external_id, item.last_error = "sent", now, result.ts, None
+            if kind == "post" and item.incident_id is not None:
+                incident = session.get(Incident, item.incident_id)
+                incident.slack_ts = result.ts
+                incident.channel = result.channel or incident.channel
+            report.sent += 1
+            log.info("sent %s %s", kind, key)
+            return True
+        if result.permanent or item.attempts >= max_attempts:
+            item.status, item.last_error = "failed", result.error
+            report.failed += 1
+            why = "not retried" if result.permanent else f"gave up after {item.attempts} attempts"
+            report.errors.append(f"{key}: {result.error} ({why})")
+            log.error("slack %s %s failed: %s (%s)", kind, key, result.error, why)
+            return False
+        delay = timedelta(seconds=result.retry_after) if result.retry_after else backoff(item.attempts)
+        item.next_attempt_at = now + delay
+        item.last_error = (AMBIGUOUS if result.ambiguous or (item.last_error or "").startswith(AMBIGUOUS)
+                           else "") + result.error
+        report.retried += 1
+        report.errors.append(f"{key}: {result.error} (retry in {delay})")
+        log.warning("slack %s %s: %s; retry in %s", kind, key, result.error, delay)
+        return False

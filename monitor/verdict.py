@@ -1,0 +1,361 @@
+"""The verdict of one model version on one window: slower / worse / both / drift / healthy /
+insufficient_data / no_data, from its stored findings, with attribution, what changed and next steps.
+
+`decide` is pure: findings (rows as Store.load_findings returns them), version sightings and the clock
+in, a frozen Verdict out. It weighs; the checks measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+VERDICTS = ("slower", "worse", "both", "drift", "healthy", "insufficient_data", "no_data")
+HARMFUL = ("slower", "worse", "both")
+
+# What each family of finding means for the verdict.
+SERVICE_CHECKS = ("latency",)  # total quantiles and failure / timeout / reject rates
+# Serving-efficiency losses that are a service regression by themselves: a cache that stopped hitting (or
+# serves another version's results) costs every request its compute, before the latency shows it at load.
+SERVING_CHECKS = ("cache_hit_rate", "stale_cache")
+SIGNAL_CHECKS = ("cache_hit_rate", "service_signal", "stale_cache", "hotspot", "oov_rate")
+CONFIRMED_QUALITY = ("quality", "acceptance", "version_compare")  # rest on delivered labels
+ESTIMATED_QUALITY = ("quality_estimate", "prediction_drift")  # before labels arrive
+INPUT_CHECKS = ("missing_rate", "out_of_range", "unseen_categories", "drift", "length_distribution", "oov_rate")
+# Contract-level input changes: when one breaches, a prediction shift is what the new inputs do to the
+# model, not evidence of harm by itself.
+CONTRACT_INPUT_CHECKS = ("missing_rate", "out_of_range", "unseen_categories")
+LABEL_CHECKS = ("label_coverage", "label_bias")
+QUANTILE_ORDER = ("p95", "p99", "p50")
+EVIDENCE_MAX = 8
+CHANGE_LOOKBACK = timedelta(hours=6)  # a version first seen this long before the window may be the trigger
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One finding as evidence: its measure with the baseline, sample size and interval."""
+
+    check: str
+    labels: dict[str, Any]
+    value: float | None
+    baseline: float | None
+    n: int
+    interval_low: float | None = None
+    interval_high: float | None = None
+    status: str = "breach"
+    share: float | None = None  # the stage's share of the latency increase, 0..1
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if out["share"] is None:
+            del out["share"]
+        return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict of one (service, model version, window) and why; `estimated` when `worse` rests only
+    on pre-label estimates or prediction drift."""
+
+    service: str
+    model_version: str
+    window_start: datetime
+    window_end: datetime
+    verdict: str
+    estimated: bool = False
+    rows: int = 0
+    evidence: tuple[Evidence, ...] = ()
+    attribution: dict[str, Any] = field(default_factory=dict)
+    what_changed: tuple[dict[str, Any], ...] = ()
+    next_steps: tuple[str, ...] = ()
+    rollback_to: str | None = None
+    summary: str = ""
+    errors: tuple[str, ...] = ()  # checks that failed on this window (they raise an `error` alert)
+
+    def to_row(self) -> dict[str, Any]:
+        """The verdict as a row for Store.upsert_verdicts."""
+        return {"service": self.service, "model_version": self.model_version, "window_start": self.window_start,
+                "window_end": self.window_end, "verdict": self.verdict, "estimated": self.estimated,
+                "rows": self.rows, "evidence": [e.as_dict() for e in self.evidence],
+                "attribution": self.attribution, "what_changed": list(self.what_changed),
+                "next_steps": list(self.next_steps), "rollback_to": self.rollback_to, "summary": self.summary}
+
+
+def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version: str, window_start: datetime,
+           window_end: datetime, now: datetime, versions: Sequence[Mapping[str, Any]] = (),
+           accepted_versions: Sequence[str] = (), rule_breaches: Sequence[Evidence] = ()) -> Verdict:
+    """The verdict of `model_version` on [window_start, window_end) from that window's findings.
+
+    `versions`: first sightings ({kind, value, first_seen}) of the service's versions, for what changed;
+    `accepted_versions`: versions known good, for the rollback target; `rule_breaches`: SLO rules that
+    breach on this window (they count as a service regression). `now` bounds what changed to the past.
+    """
+    own = [f for f in findings if f.get("model_version", model_version) == model_version
+           and _at(f, "window_start", window_start) and _at(f, "window_end", window_end)]
+    errors = tuple(sorted({f"{f['check']}: {f['detail']['error']}" for f in own
+                           if isinstance(f.get("detail"), dict) and f["detail"].get("error")}))
+    base = dict(service=service, model_version=model_version, window_start=window_start, window_end=window_end,
+                errors=errors)
+    rows = _rows(own)
+    if not own or rows == 0:
+        return Verdict(**base, verdict="no_data", summary="no predictions were logged in this window",
+                       next_steps=("check that the service is logging predictions and that the log shipper "
+                                   "and tailwatch's sources point at the same place",))
+    whole = [f for f in own if "segment" not in (f.get("labels") or {})]
+    breach = [f for f in whole if f["status"] == "breach"]
+    seg_breach = [f for f in own if f["status"] == "breach" and "segment" in (f.get("labels") or {})]
+
+    service_hits = [f for f in breach if f["check"] in SERVICE_CHECKS and _is_service_regression(f)
+                    or f["check"] in SERVING_CHECKS and (f.get("effect") is None or f["effect"] <= 0
+                                                         or f["check"] != "cache_hit_rate")]
+    slower = bool(service_hits) or bool(rule_breaches)
+    confirmed = [f for f in breach + seg_breach if f["check"] in CONFIRMED_QUALITY and not _estimated(f)]
+    contract_inputs = [f for f in breach if f["check"] in CONTRACT_INPUT_CHECKS]
+    estimates = [f for f in breach if f["check"] == "quality_estimate" or _estimated(f)
+                 and f["check"] in CONFIRMED_QUALITY]
+    estimate_ok = any(f["check"] == "quality_estimate" and f["status"] == "ok" for f in whole)
+    pred_drift = [f for f in breach if f["check"] == "prediction_drift"]
+    # Prediction drift is estimated harm unless the inputs changed at the contract level (the new inputs
+    # explain it) or a pre-label estimate says quality held.
+    if pred_drift and not contract_inputs and not estimate_ok:
+        estimates += pred_drift
+    worse = bool(confirmed) or bool(estimates)
+    inputs = [f for f in breach if f["check"] in INPUT_CHECKS]
+    if not worse:
+        inputs += pred_drift  # explained by the inputs: part of the drift, not harm
+
+    if slower and worse:
+        verdict = "both"
+    elif slower:
+        verdict = "slower"
+    elif worse:
+        verdict = "worse"
+    elif inputs:
+        verdict = "drift"
+    elif any(f["status"] == "ok" for f in whole):
+        verdict = "healthy"
+    else:
+        verdict = "insufficient_data"
+    estimated = worse and not confirmed
+
+    attribution: dict[str, Any] = {}
+    if slower:
+        attribution = _attribution(whole, breach)
+    if worse:
+        attribution["quality"] = [_short(f) for f in (confirmed or estimates)[:EVIDENCE_MAX]]
+    if inputs and verdict != "healthy":
+        attribution["inputs"] = [_short(f) for f in inputs[:EVIDENCE_MAX]]
+
+    changed = _what_changed(versions, model_version, window_start, window_end, now) if verdict != "healthy" else []
+    rollback = None
+    if verdict in HARMFUL and model_version not in accepted_versions:
+        rollback = _rollback(versions, accepted_versions, model_version)
+    evidence = list(rule_breaches) + _evidence(verdict, breach, seg_breach, attribution)
+    return Verdict(**base, verdict=verdict, estimated=estimated, rows=rows, evidence=tuple(evidence[:EVIDENCE_MAX]),
+                   attribution=attribution, what_changed=tuple(changed),
+                   next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback)),
+                   rollback_to=rollback, summary=_summary(verdict, estimated, attribution, evidence, changed))
+
+
+def _at(f: Mapping[str, Any], key: str, value: datetime) -> bool:
+    return key not in f or f[key] == value
+
+
+def _rows(findings: Sequence[Mapping[str, Any]]) -> int:
+    """Requests in the window: the n of the latency rate findings (every row counts there)."""
+    rates = [f["n"] for f in findings if f["check"] == "latency" and "rate" in (f.get("labels") or {})
+             and "segment" not in f["labels"]]
+    return max(rates) if rates else max((int(f.get("n") or 0) for f in findings), default=0)
+
+
+def _estimated(f: Mapping[str, Any]) -> bool:
+    return isinstance(f.get("detail"), dict) and bool(f["detail"].get("estimated"))
+
+
+def _is_service_regression(f: Mapping[str, Any]) -> bool:
+    """A total latency quantile or a failure / timeout / reject rate (not one stage alone, not a length
+    bucket: those explain a regression, they are not one by themselves)."""
+    labels = f.get("labels") or {}
+    if any(k.startswith("length") for k in labels):
+        return False
+    return labels.get("stage") == "total" or "rate" in labels
+
+
+def _length_labelled(f: Mapping[str, Any]) -> bool:
+    return any(k.startswith("length") for k in (f.get("labels") or {}))
+
+
+def _attribution(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each stage's share of the latency increase at the breaching quantile, the correlated signals,
+    and whether latency per input length moved (service slower) or only the length mix did."""
+    lat = [f for f in whole if f["check"] == "latency" and "quantile" in (f.get("labels") or {})
+           and not _length_labelled(f)]
+    totals = {f["labels"]["quantile"]: f for f in lat if f["labels"].get("stage") == "total"}
+    breached_q = [q for q in QUANTILE_ORDER if q in totals and totals[q]["status"] == "breach"]
+    quantile = (breached_q or [q for q in QUANTILE_ORDER if q in totals] or ["p95"])[0]
+    increases = {}
+    for f in lat:
+        stage = f["labels"].get("stage")
+        if stage in (None, "total") or f["labels"]["quantile"] != quantile:
+            continue
+        if f["value"] is not None and f["baseline"] is not None:
+            increases[stage] = max(float(f["value"]) - float(f["baseline"]), 0.0)
+    total_up = sum(increases.values())
+    # Quantiles do not add up across stages; the shares say where the increase sits, not an exact split.
+    stages = {s: round(v / total_up, 3) for s, v in sorted(increases.items(), key=lambda kv: -kv[1])
+              if total_up > 0 and v > 0}
+    total = totals.get(quantile)
+    # Stored JSON sorts keys: `top_stage` keeps which stage carries most of the increase.
+    out: dict[str, Any] = {"quantile": quantile, "stages": stages, "top_stage": next(iter(stages), None)}
+    if total is not None:
+        out["total"] = {"value": total["value"], "baseline": total["baseline"], "n": total["n"]}
+    signals = []
+    for f in breach:
+        if f["check"] in SIGNAL_CHECKS or f["check"] == "length_distribution":
+            signals.append(_short(f))
+    out["signals"] = signals
+    out["length"] = _length_adjusted(whole, breach)
+    return out
+
+
+def _length_adjusted(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]) -> str:
+    """'service' when latency rose within an input-length bucket, 'inputs' when the lengths shifted and
+    latency per length bucket held, 'unknown' without per-length latency, '' when lengths did not shift."""
+    shifted = any(f["check"] == "length_distribution" for f in breach)
+    per_length = [f for f in whole if f["check"] == "latency" and _length_labelled(f)
+                  and f["status"] in ("ok", "breach")]
+    if any(f["status"] == "breach" for f in per_length):
+        return "service"
+    if not shifted:
+        return ""
+    return "inputs" if per_length else "unknown"
+
+
+def _short(f: Mapping[str, Any]) -> dict[str, Any]:
+    return {"check": f["check"], "labels": dict(f.get("labels") or {}), "value": f.get("value"),
+            "baseline": f.get("baseline"), "n": f.get("n")}
+
+
+def _what_changed(versions: Sequence[Mapping[str, Any]], model_version: str, start: datetime, end: datetime,
+                  now: datetime) -> list[dict[str, Any]]:
+    """Versions first seen within CHANGE_LOOKBACK before the window's end (and not the very first version
+    of their kind: the service's first deploy is not a change), newest first."""
+    firsts: dict[str, datetime] = {}
+    for v in versions:
+        firsts[v["kind"]] = min(firsts.get(v["kind"], v["first_seen"]), v["first_seen"])
+    out = []
+    for v in versions:
+        seen = v["first_seen"]
+        if seen == firsts[v["kind"]] or seen > min(end, now) or seen < start - CHANGE_LOOKBACK:
+            continue
+        if v["kind"] == "model_version" and v["value"] != model_version:
+            continue  # another version's deploy does not explain this one's window
+        out.append({"kind": v["kind"], "value": v["value"], "first_seen": seen.isoformat(),
+                    "text": f"{v['kind']} {v['value']} first seen {seen:%Y-%m-%d %H:%M} UTC"})
+    return sorted(out, key=lambda c: c["first_seen"], reverse=True)
+
+
+def _rollback(versions: Sequence[Mapping[str, Any]], accepted: Sequence[str], model_version: str) -> str | None:
+    """The newest accepted model version seen before `model_version` (or any accepted one when neither
+    was seen): where to roll back to."""
+    seen = {v["value"]: v["first_seen"] for v in versions if v["kind"] == "model_version"}
+    mine = seen.get(model_version)
+    older = [a for a in accepted if a != model_version and a in seen and (mine is None or seen[a] < mine)]
+    if older:
+        return max(older, key=lambda a: seen[a])
+    others = [a for a in accepted if a != model_version]
+    return others[-1] if others and mine is None else None
+
+
+def _evidence(verdict: str, breach: list[Mapping[str, Any]], seg_breach: list[Mapping[str, Any]],
+              attribution: dict[str, Any]) -> list[Evidence]:
+    """The breaching findings that make the verdict, most telling first: the service regression, then
+    stages by share, signals, quality, inputs; per-segment findings only for quality (class / group)."""
+    order = {"slower": ("latency",) + SIGNAL_CHECKS + ("length_distribution",),
+             "worse": CONFIRMED_QUALITY + ESTIMATED_QUALITY,
+             "both": ("latency",) + CONFIRMED_QUALITY + SIGNAL_CHECKS + ESTIMATED_QUALITY + ("length_distribution",),
+             "drift": INPUT_CHECKS + ("prediction_drift",)}.get(verdict, ())
+    shares = attribution.get("stages", {})
+    pool = breach + [f for f in seg_breach if f["check"] in CONFIRMED_QUALITY]
+
+    def rank(f: Mapping[str, Any]) -> tuple:
+        labels = f.get("labels") or {}
+        family = order.index(f["check"]) if f["check"] in order else len(order)
+        headline = 0 if _is_service_regression(f) else 1
+        return (family, headline, -shares.get(labels.get("stage"), 0.0), -(f.get("n") or 0))
+
+    out = []
+    for f in sorted((f for f in pool if f["check"] in order), key=rank):
+        stage = (f.get("labels") or {}).get("stage")
+        out.append(Evidence(f["check"], dict(f.get("labels") or {}), f.get("value"), f.get("baseline"),
+                            int(f.get("n") or 0), f.get("interval_low"), f.get("interval_high"), f["status"],
+                            shares.get(stage) if f["check"] == "latency" and stage != "total" else None))
+    return out
+
+
+def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed: list[dict[str, Any]],
+                rollback: str | None) -> list[str]:
+    steps = []
+    if rollback:
+        steps.append(f"consider rolling back to accepted version {rollback}")
+    for c in changed:
+        steps.append(f"review the change: {c['text']}")
+    if verdict in ("slower", "both"):
+        stages = attribution.get("stages", {})
+        signals = {s["check"] + ":" + str(s["labels"].get("signal", "")) for s in attribution.get("signals", [])}
+        ordered = []
+        if any(s.startswith(("cache_hit_rate", "stale_cache")) for s in signals):
+            ordered.append("cache: hit rate and cache key (did a deploy change the key or flush the cache?)")
+        if stages:
+            top = next(iter(stages))
+            ordered.append(f"stage {top}: carries {stages[top]:.0%} of the latency increase")
+        if "batch_wait" in stages or any("batch" in s for s in signals):
+            ordered.append("batch wait: micro-batcher max wait and max batch size")
+        ordered.append("queue: queue depth and replica count (is the service saturated?)")
+        if attribution.get("length") == "inputs":
+            ordered.append("inputs got longer (latency per length bucket held): expect it to follow input length")
+        elif attribution.get("length") == "unknown":
+            ordered.append("input lengths shifted: compare latency per input length before blaming the service")
+        ordered.append("memory: memory use and swapping / GC pauses on the replicas")
+        steps += ordered
+    if verdict in ("worse", "both"):
+        steps += ["numeric features: look for unit or scale changes (compare feature histograms)",
+                  "preprocessing: diff the preprocessing version and its outputs on a few requests",
+                  "truncation: are long text inputs cut before the model?",
+                  "threshold: did the decision threshold or class mapping change?"]
+    if verdict == "drift":
+        fields = sorted({str(f["labels"].get("field")) for f in inputs if f["labels"].get("field")})
+        steps.append(f"inputs changed{' in ' + ', '.join(fields) if fields else ''}: check the upstream "
+                     "producer; quality is not confirmed hurt until labels arrive")
+    return steps
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidence: list[Evidence],
+             changed: list[dict[str, Any]]) -> str:
+    """One line a person reads first."""
+    head = verdict + (" (estimated)" if estimated else "")
+    parts = []
+    total = attribution.get("total")
+    if verdict in ("slower", "both") and total:
+        parts.append(f"{attribution['quantile']} total latency {_fmt(total['value'])} ms vs "
+                     f"{_fmt(total['baseline'])} ms")
+    stages = attribution.get("stages", {})
+    if verdict in ("slower", "both") and stages:
+        top = next(iter(stages))
+        parts.append(f"{stages[top]:.0%} of the increase in stage {top}")
+    for s in attribution.get("signals", [])[:2]:
+        what = s["labels"].get("signal") or s["labels"].get("field") or ""
+        parts.append(f"{s['check']}{' ' + what if what else ''} {_fmt(s['value'])} vs {_fmt(s['baseline'])}")
+    if verdict not in ("slower",) and evidence and not parts:
+        e = evidence[0]
+        labels = ",".join(f"{k}={v}" for k, v in sorted(e.labels.items()))
+        parts.append(f"{e.check} {labels} {_fmt(e.value)} vs {_fmt(e.baseline)} (n={e.n})")
+    if changed:
+        parts.append(changed[0]["text"])
+    return head + (": " + "; ".join(parts) if parts else "")

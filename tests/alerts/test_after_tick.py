@@ -1,0 +1,204 @@
+"""after_tick on stored findings and partials, tick by tick with an explicit `now`, on SQLite and
+PostgreSQL; every tick opens a new Store on the same database (a restart between every tick)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from alerts_support import make_config
+from sqlalchemy import select
+
+from monitor.alerts import after_tick
+from monitor.partials import Partial, Sketch, merge_bytes
+from storage.models import AlertState, Incident, Outbox
+from storage.store import PartialRow
+
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+W = timedelta(minutes=15)
+
+
+def at(k: int) -> datetime:
+    """The clock of tick k: 5 minutes (the join lateness) after window k-1 closed."""
+    return T0 + k * W + timedelta(minutes=5)
+
+
+def shape_findings(shape: str) -> list[dict]:
+    def f(check, labels, status="ok", value=1.0, baseline=1.0, n=300):
+        return {"check": check, "labels": labels, "status": status, "value": value, "baseline": baseline, "n": n}
+
+    out = [f("latency", {"rate": r}, value=0.01, baseline=0.01) for r in ("failure", "timeout", "reject")]
+    slow = shape == "slower"
+    out += [f("latency", {"stage": "total", "quantile": "p95"}, "breach" if slow else "ok", 200.0 if slow else 50.0, 50.0),
+            f("latency", {"stage": "model", "quantile": "p95"}, "breach" if slow else "ok", 170.0 if slow else 30.0, 30.0),
+            f("latency", {"stage": "parse", "quantile": "p95"}, "ok", 10.0, 10.0),
+            f("cache_hit_rate", {}, "breach" if slow else "ok", 0.2 if slow else 0.8, 0.8),
+            f("unseen_categories", {"field": "Contract"}, "breach" if shape == "drift" else "ok",
+              0.15 if shape == "drift" else 0.0, 0.0)]
+    return out
+
+
+def write_window(store, k: int, shape: str, version: str = "v2", partials: bool = True) -> None:
+    """Findings (and, unless `partials` is False, 3 buckets of 100 rows) of window k."""
+    start = T0 + k * W
+    rows = [{**f, "service": "churn", "model_version": version, "window_start": start, "window_end": start + W}
+            for f in shape_findings(shape)]
+    latency = np.full(100, 200.0 if shape == "slower" else 50.0)
+    part = Partial(Counter({"rows": 100, "status:ok": 100}), sketches={"latency_ms": Sketch.of(latency)})
+    with store.transaction() as session:
+        store.upsert_findings(session, rows)
+        if partials:
+            store.upsert_partials(session, "churn", [
+                PartialRow(version, start + i * timedelta(minutes=5), 300, "", 100, part.to_bytes()) for i in range(3)
+            ], merge_bytes)
+
+
+def outbox(store) -> list[tuple[str, str]]:
+    with store.transaction() as session:
+        return [(o.kind, o.dedup_key) for o in session.scalars(select(Outbox).order_by(Outbox.id))]
+
+
+def states(store) -> dict[str, str]:
+    with store.transaction() as session:
+        return {f"{r.alertname}/{r.labels.get('model_version') or r.labels.get('source', '')}": r.state
+                for r in session.scalars(select(AlertState))}
+
+
+# window k -> shape; tick k evaluates window k-1.
+SLOWER_EPISODE = ["healthy", "healthy", "slower", "slower", "slower", "slower", "healthy", "healthy", "healthy",
+                  "healthy"]
+# tick -> (ModelRegression state, outbox kinds so far)
+EXPECTED = {
+    1: ("inactive", []),
+    3: ("pending", []),
+    4: ("firing", ["post"]),  # for 15m: the second slower window
+    5: ("firing", ["post"]),
+    6: ("firing", ["post"]),
+    7: ("firing", ["post"]),  # clear, keep_firing_for 30m
+    8: ("firing", ["post"]),
+    9: ("resolved", ["post", "update", "reply"]),  # 30 min after the first clear evaluation
+    10: ("resolved", ["post", "update", "reply"]),
+}
+
+
+def test_slower_episode_pages_once_and_resolves_across_restarts(open_store, tmp_path):
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", alerts={"verdict": {"for": "15m"}})
+    for k, shape in enumerate(SLOWER_EPISODE):
+        write_window(open_store(), k, shape)
+    for k in range(1, 11):
+        store = open_store()  # a restart before every tick
+        report = after_tick(config, store, at(k))
+        if k == 4:
+            again = after_tick(config, open_store(), at(k))  # the same tick re-run after a crash
+            assert again.enqueued == 0
+        if k in EXPECTED:
+            state, kinds = EXPECTED[k]
+            got = states(store)
+            assert got.get("ModelRegression/v2", "inactive") == state, (k, report.transitions, report.decisions)
+            assert [kind for kind, _ in outbox(store)] == kinds, (k, report.decisions)
+    store = open_store()
+    with store.transaction() as session:
+        incidents = store.load_incidents(session, "churn")
+        verdicts = store.load_verdicts(session, "churn")
+    assert len(incidents) == 1
+    inc = incidents[0]
+    assert (inc["status"], inc["verdict"], inc["model_version"]) == ("resolved", "slower", "v2")
+    assert inc["first_window_start"] == T0 + 2 * W and inc["opened_at"] == at(4) and inc["resolved_at"] == at(9)
+    linked = sorted(v["window_start"] for v in verdicts if v["incident_id"] == inc["id"])
+    assert linked == [T0 + k * W for k in range(2, 6)]
+    by_window = {v["window_start"]: v for v in verdicts}
+    assert by_window[T0 + 2 * W]["verdict"] == "slower" and by_window[T0]["verdict"] == "healthy"
+    slower = by_window[T0 + 3 * W]
+    assert slower["attribution"]["stages"] == {"model": 1.0}
+    assert slower["evidence"][0]["check"] == "latency" and slower["evidence"][0]["n"] == 300
+    post = outbox(store)[0][1]
+    assert post == f"incident:{inc['id']}:rev:1:post"
+
+
+def test_restart_in_the_middle_of_pending_keeps_the_timer(open_store, tmp_path):
+    config = make_config(tmp_path, alerts={"verdict": {"for": "30m"}})
+    for k, shape in enumerate(["healthy", "slower", "slower", "slower", "slower"]):
+        write_window(open_store(), k, shape)
+    after_tick(config, open_store(), at(2))  # window 1 slower: pending
+    assert states(open_store())["ModelRegression/v2"] == "pending"
+    after_tick(config, open_store(), at(3))
+    assert states(open_store())["ModelRegression/v2"] == "pending"
+    after_tick(config, open_store(), at(4))  # 30 min after pending began: firing
+    assert states(open_store())["ModelRegression/v2"] == "firing"
+    with open_store().transaction() as session:
+        incidents = session.scalars(select(Incident)).all()
+    assert len(incidents) == 1 and outbox(open_store()) == []  # no Slack configured: tracked, nothing queued
+
+
+def test_no_data_fires_and_inhibits_drift(open_store, tmp_path):
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/",
+                         alerts={"verdict": {"for": "0s"}, "no_data": {"for": "0s"}})
+    write_window(open_store(), 0, "healthy")
+    write_window(open_store(), 1, "drift", partials=False)  # findings but no predictions stored: stale
+    after_tick(config, open_store(), at(2))
+    got = states(open_store())
+    assert got["no_data/predictions"] == "firing" and got["InputDrift/v2"] == "firing"
+    store = open_store()
+    with store.transaction() as session:
+        incidents = store.load_incidents(session)
+    assert [(i["verdict"], i["model_version"]) for i in incidents] == [("no_data", None)]
+    assert [kind for kind, _ in outbox(store)] == ["post"]
+
+
+def test_tick_error_is_an_alert_of_its_own(open_store, tmp_path):
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/")
+    write_window(open_store(), 0, "healthy")
+    store = open_store()
+    with store.transaction() as session:
+        tick = store.start_tick(session, "churn", at(1))
+        store.finish_tick(session, tick, "error", {}, {"error": "OSError: disk full"})
+    after_tick(config, store, at(1))
+    assert states(store)["error/"] == "firing"
+    with store.transaction() as session:
+        inc = store.load_incidents(session)[0]
+    assert inc["verdict"] == "error" and "disk full" in str(inc["summary"])
+
+
+def test_silence_mutes_then_expiry_notifies(open_store, tmp_path):
+    from monitor.alerts import parse_matcher
+
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", alerts={"verdict": {"for": "0s"}})
+    for k in range(4):
+        write_window(open_store(), k, "slower")
+    store = open_store()
+    with store.transaction() as session:
+        sid = store.add_silence(session, [parse_matcher("service=churn")], "test", "maintenance", T0, T0 + 4 * W)
+    report = after_tick(config, store, at(1))
+    assert states(store)["ModelRegression/v2"] == "firing" and outbox(store) == []
+    assert any("silence" in d["reason"] for d in report.decisions)
+    with store.transaction() as session:
+        assert store.expire_silence(session, sid, at(2) - timedelta(minutes=1))
+        assert not store.expire_silence(session, sid, at(2))
+    after_tick(config, open_store(), at(2))
+    assert [kind for kind, _ in outbox(open_store())] == ["post"]
+
+
+@pytest.mark.parametrize("slo,fires", [("p95 total latency <= 100 ms", True), ("p95 total latency <= 300 ms", False),
+                                       ("timeout rate <= 0.5%", False)])
+def test_slo_rule_alert(open_store, tmp_path, slo, fires):
+    config = make_config(tmp_path, rules=[{"name": "slo", "slo": slo, "severity": "page"}])
+    for k in range(3):
+        write_window(open_store(), k, "slower")
+    after_tick(config, open_store(), at(2))
+    assert states(open_store())["slo/"] == ("firing" if fires else "inactive")
+
+
+@pytest.mark.parametrize("coverage,state", [(0.0, "firing"), (0.4, "inactive")])
+def test_stale_labels_are_a_no_data_alert(open_store, tmp_path, coverage, state):
+    config = make_config(tmp_path, quality={"windows": ["1d"], "accepted_version": "v1"})
+    write_window(open_store(), 0, "healthy")
+    day = timedelta(days=1)
+    store = open_store()
+    with store.transaction() as session:
+        store.upsert_findings(session, [{"service": "churn", "check": "label_coverage", "model_version": "v2",
+                                         "window_start": T0 - 3 * day, "window_end": T0 - 2 * day,
+                                         "labels": {"class": "all"}, "status": "ok", "value": coverage, "n": 5000}])
+    after_tick(config, store, at(1))
+    assert states(store).get("no_data/labels", "inactive") == state
