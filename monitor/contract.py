@@ -42,7 +42,7 @@ class Reason(StrEnum):
 
     invalid_encoding = "invalid_encoding"  # bytes that are not UTF-8
     unparseable = "unparseable"  # not a JSON object / CSV row of the header's width
-    oversize_field = "oversize_field"  # a line or field longer than limits.max_field_chars
+    oversize_field = "oversize_field"  # a line or field longer than limits.max_field_chars, or JSON nested > 64 deep
     missing_field = "missing_field"  # a required field absent or null
     wrong_type = "wrong_type"  # a value that does not convert to its declared type
     bad_timestamp = "bad_timestamp"  # before limits.min_ts (negative or absurd epoch)
@@ -50,7 +50,8 @@ class Reason(StrEnum):
     unknown_status = "unknown_status"  # status not one of STATUSES
     bad_duration = "bad_duration"  # NaN, infinite or negative duration_ms
     orphan_timing = "orphan_timing"  # a stage timing whose prediction never arrived within join.lateness
-    orphan_label = "orphan_label"  # a label whose prediction never arrived within labels.horizon
+    orphan_label = "orphan_label"  # a label whose prediction never arrived within quality.label_horizon
+    unknown_label = "unknown_label"  # a label that is not one of schema.classes
 
 
 EXCERPT_CHARS = 200

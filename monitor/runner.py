@@ -9,15 +9,17 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pandas as pd
 
 from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
 from monitor.frame import ARRIVED, from_blobs, join, to_blob
+from monitor.labels import label_batch, orphan_reject, scored_rows
 from monitor.partials import fold, merge_bytes
 from monitor.profile import Profile, stored_profile
+from monitor.quality import score_service, windows_holding
 from monitor.sources import LINE, Batch, open_source
 from monitor.validate import validate
 from monitor.windows import score, store_scored, windows_for
@@ -49,6 +51,13 @@ class TickReport:
     events: list[str] = field(default_factory=list)
     findings: int = 0  # findings written for the windows scored this tick
     breaches: list[str] = field(default_factory=list)  # one line per breaching finding, worst windows last
+    labels_new: int = 0  # requests labelled for the first time
+    labels_changed: int = 0  # labels that said something else than the stored one (the latest wins)
+    labels_repeated: int = 0  # labels repeating the stored one
+    labels_expired: int = 0  # labels quarantined: no prediction within quality.label_horizon
+    quality_windows: int = 0  # (window, model version) pairs quality was scored for
+    quality_findings: int = 0
+    quality_breaches: list[str] = field(default_factory=list)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -74,11 +83,17 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
             report.notes.append(note)
         _ingest(config, service, store, now, tick_id, report, profile)
         _score(service, store, now, tick_id, report, profile)
+        if service.quality is not None:
+            labelled_at = _ingest_labels(config, service, store, now, tick_id, report)
+            _score_quality(config, service, store, now, tick_id, report, labelled_at)
     except Exception as exc:  # a tick never crashes the daemon; its row says what went wrong
         report.status, report.error = "error", f"{type(exc).__name__}: {exc}"
     report.seconds = round(time.perf_counter() - started, 3)
-    if service.sources.labels is not None:
-        report.notes.append("labels source configured: label ingestion lands with issue #5; not read yet")
+    if service.quality is not None:
+        report.notes.append("quality: labelled failed, timed-out and rejected requests "
+                            + ("count as misses" if service.quality.failed_as_miss else "are left out"))
+    elif service.sources.labels is not None:
+        report.notes.append("labels source configured without a `quality` section: labels are not read")
     with store.transaction() as session:
         store.finish_tick(session, tick_id, report.status, _tick_counts(report), report.as_dict())
     return report
@@ -159,6 +174,9 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
             ])
             if partials:
                 store.upsert_partials(session, name, partials, merge_bytes)
+            if service.quality is not None:
+                # Partials keep no rows; quality needs each prediction until its label lands.
+                store.add_scored_predictions(session, name, scored_rows(new_p, service))
             store.replace_pending(session, name, RecordKind.predictions.value, to_blob(pending_p), len(pending_p))
             if time_source:
                 store.replace_pending(session, name, RecordKind.timings.value, to_blob(pending_t), len(pending_t))
@@ -182,6 +200,72 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
             report.first_ts = min(report.first_ts or lo, lo)
             report.last_ts = max(report.last_ts or hi, hi)
     report.pending_predictions, report.pending_timings = len(pending_p), len(pending_t)
+
+
+def _ingest_labels(config: Config, service: Service, store: Store, now: datetime, tick_id: int,
+                   report: TickReport) -> list[datetime]:
+    """Read new labels, store them (latest wins, changes counted), quarantine labels whose prediction did
+    not arrive within quality.label_horizon; returns the prediction times of the requests (re)labelled."""
+    name = service.name
+    source = open_source(f"{name}/labels", service.sources.labels, config.limits)
+    with store.transaction() as session:
+        offsets = store.load_offsets(session, source.name)
+    relabelled: list[str] = []
+    for batch in source.read(offsets):
+        rejects: list[tuple[RecordKind, str, Reject]] = []
+        accepted = _accept(batch, RecordKind.labels, service, config, now, report, rejects)
+        labels = label_batch(accepted, service)
+        rejects += [(RecordKind.labels, batch.source, r) for r in labels.rejects]
+        report.accepted[RecordKind.labels.value] -= len(labels.rejects)
+        with store.transaction() as session:
+            store.add_quarantine(session, _quarantine_rows(rejects, tick_id, name, now))
+            fresh, changed, repeated = store.upsert_labels(session, name, labels.rows, now)
+            store.save_offsets(session, source.name, [batch.offset])
+        for r in rejects:
+            report.quarantined[r[2].reason.value] += 1
+        report.labels_new += len(fresh)
+        report.labels_changed += len(changed)
+        report.labels_repeated += repeated
+        relabelled += fresh + changed
+    with store.transaction() as session:
+        expired = store.expire_labels(session, name, now - service.quality.label_horizon)
+        store.add_quarantine(session, _quarantine_rows(
+            [(RecordKind.labels, source.name, orphan_reject(e)) for e in expired], tick_id, name, now))
+        times = store.prediction_times(session, name, relabelled)
+    report.labels_expired += len(expired)
+    report.quarantined["orphan_label"] += len(expired)
+    if not report.quarantined["orphan_label"]:
+        del report.quarantined["orphan_label"]
+    return times
+
+
+def _score_quality(config: Config, service: Service, store: Store, now: datetime, tick_id: int,
+                   report: TickReport, labelled_at: list[datetime]) -> None:
+    """Score quality for the windows that got labels or predictions this tick, and the last closed ones."""
+    sizes = service.quality.windows
+    times = list(labelled_at)
+    if report.first_ts is not None:
+        lo, hi = datetime.fromisoformat(report.first_ts), datetime.fromisoformat(report.last_ts)
+        step = min(sizes)
+        times += [lo + i * step for i in range(int((hi - lo) / step) + 1)] + [hi]
+    windows = windows_holding(times, sizes, now, service.quality.tick_windows)
+    scored = score_service(config, service, store, now, windows, tick_id)
+    report.quality_windows = len(scored)
+    report.quality_findings = sum(len(w.findings) for w in scored)
+    report.quality_breaches = [
+        f"{w.start:%Y-%m-%d %H:%M}+{_minutes(w.end - w.start)}m {w.model_version} {f.check} "
+        f"{describe_labels(f.labels)}: {_num(f.value)} vs {_num(f.baseline)} (n={f.n})"
+        for w in scored for f in w.findings if f.status == "breach"
+    ]
+
+
+def _minutes(span: timedelta) -> int:
+    return int(span.total_seconds() // 60)
+
+
+def _quarantine_rows(rejects: list, tick_id: int, service: str, now: datetime) -> list[dict]:
+    return [{"tick_id": tick_id, "service": service, "kind": kind.value, "source": source, "position": r.position,
+             "reason": r.reason.value, "excerpt": r.excerpt, "created_at": now} for kind, source, r in rejects]
 
 
 def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Config, now: datetime,

@@ -1,0 +1,421 @@
+"""Quality of labelled predictions, as pure functions on arrays: per-class and averaged metrics with 95%
+intervals, the confidence-based estimate (CBPE) before labels, label coverage and bias, acceptance rules,
+and the pairwise comparison of two versions on shared requests.
+
+These work on rows (labels join single predictions), not on bucket Partials, so they are plain
+functions, not REGISTRY checks. Their stored check names: quality, quality_estimate, label_coverage,
+label_bias, acceptance, version_compare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from checks.base import Finding
+from checks.stats import wilson
+
+MISS = "(failed)"  # the prediction of a failed request counted as a miss: no class, always wrong
+AVERAGES = ("macro", "weighted")
+LABELS_BIAS_ALPHA = 1e-3  # p-value below which per-class labelled shares differ (with the gap tolerance)
+_BLOCK_CELLS = 4_000_000  # bootstrap weights held at once (resamples x rows): bounds memory to ~32 MB
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """The labelled predictions of one slice. `y_pred` holds MISS for failed requests counted as misses;
+    `proba` is rows x classes (NaN rows: no scores, left out of the score-based metrics)."""
+
+    y_true: np.ndarray
+    y_pred: np.ndarray
+    proba: np.ndarray
+    classes: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.y_true)
+
+    def take(self, mask: np.ndarray) -> Labelled:
+        return Labelled(self.y_true[mask], self.y_pred[mask], self.proba[mask], self.classes)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One metric of one class (or `macro`, `weighted`, `all`) on one slice; value None when undefined."""
+
+    metric: str
+    cls: str
+    value: float | None
+    n: int
+    interval: tuple[float, float] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def seed_of(*parts: Any) -> int:
+    """A stable 63-bit seed from the parts (config seed, window, version, group): reruns draw alike."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def score_classes(classes: Sequence[str], positive: str | None) -> list[str]:
+    """Classes whose scores are ranked (AUCs, calibration): the positive one of two, else every class."""
+    if len(classes) == 2:
+        return [positive if positive in classes else classes[-1]]
+    return list(classes)
+
+
+def probabilities(scores: np.ndarray, classes: Sequence[str], score_of: Sequence[int]) -> np.ndarray:
+    """Rows x classes probabilities from the score columns present (`score_of` maps each score column to
+    its class index): two classes with one score get its complement; rows normalised to sum 1."""
+    n, k = len(scores), len(classes)
+    proba = np.full((n, k), np.nan)
+    for j, ci in enumerate(score_of):
+        proba[:, ci] = scores[:, j]
+    if k == 2 and len(score_of) == 1:
+        other = 1 - score_of[0]
+        proba[:, other] = 1 - proba[:, score_of[0]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total = proba.sum(axis=1, keepdims=True)
+        return np.where(total > 0, proba / total, np.nan)
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+
+
+def _onehot(values: np.ndarray, classes: Sequence[str]) -> np.ndarray:
+    return (np.asarray(values, dtype=object)[:, None] == np.asarray(classes, dtype=object)[None, :]).astype(float)
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(b > 0, a / np.where(b > 0, b, 1), np.nan)
+
+
+def _class_stats(W: np.ndarray, T: np.ndarray, P: np.ndarray) -> dict[tuple[str, int | str], np.ndarray]:
+    """Per-class and averaged precision / recall / F1 and accuracy for each row of weights W (B x n):
+    arrays of B, NaN where undefined. Averages follow sklearn's defaults: over the classes present in
+    the (resampled) labels or predictions, an undefined class counting 0 (zero_division=0)."""
+    tp, sup, pred = W @ (T * P), W @ T, W @ P
+    out: dict[tuple[str, int | str], np.ndarray] = {}
+    prec, rec, f1 = _div(tp, pred), _div(tp, sup), _div(2 * tp, pred + sup)
+    for ci in range(T.shape[1]):
+        out[("precision", ci)], out[("recall", ci)], out[("f1", ci)] = prec[:, ci], rec[:, ci], f1[:, ci]
+    present = (sup > 0) | (pred > 0)
+    for name, v in (("precision", prec), ("recall", rec), ("f1", f1)):
+        v0 = np.nan_to_num(v, nan=0.0)
+        out[(name, "macro")] = _div((v0 * present).sum(axis=1), present.sum(axis=1).astype(float))
+        out[(name, "weighted")] = _div((v0 * sup).sum(axis=1), sup.sum(axis=1))
+    out[("accuracy", "all")] = _div(tp.sum(axis=1), W.sum(axis=1))
+    return out
+
+
+def _rank_stats(W: np.ndarray, y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ROC AUC and average precision (sklearn's step-wise PR AUC) of scores `s` for binary truth `y`,
+    for each row of weights W (B x m): arrays of B, NaN when one side has no weight. Ties share ranks."""
+    order = np.argsort(-s, kind="mergesort")
+    s_sorted = s[order]
+    starts = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])  # groups of tied scores, high first
+    Ws = W[:, order]
+    pos = np.add.reduceat(Ws * y[order], starts, axis=1)
+    neg = np.add.reduceat(Ws, starts, axis=1) - pos
+    P, N = pos.sum(axis=1), neg.sum(axis=1)
+    # ROC AUC: each positive beats the negatives scored below it, ties count half.
+    neg_below = N[:, None] - np.cumsum(neg, axis=1)
+    auc = _div((pos * (neg_below + 0.5 * neg)).sum(axis=1), P * N)
+    tps, fps = np.cumsum(pos, axis=1), np.cumsum(neg, axis=1)
+    precision = _div(tps, tps + fps)
+    ap = _div((pos * np.nan_to_num(precision)).sum(axis=1), P)
+    auc[(P == 0) | (N == 0)] = np.nan
+    ap[P == 0] = np.nan
+    return auc, ap
+
+
+def _weights(rng: np.random.Generator, n: int, samples: int):
+    """Bootstrap resamples as count weights (how often each row was drawn, n draws with replacement),
+    in blocks that bound memory."""
+    block = max(1, min(samples, _BLOCK_CELLS // max(n, 1)))
+    done = 0
+    while done < samples:
+        size = min(block, samples - done)
+        draws = rng.integers(0, n, (size, n)) + (np.arange(size) * n)[:, None]
+        yield np.bincount(draws.ravel(), minlength=size * n).reshape(size, n).astype(float)
+        done += size
+
+
+def _all_stats(W: np.ndarray, data: Labelled, positive: str | None, bins: int,
+               T: np.ndarray, P: np.ndarray) -> dict[tuple[str, Any], np.ndarray]:
+    out = _class_stats(W, T, P)
+    scored = np.isfinite(data.proba).all(axis=1)
+    if scored.any():
+        Wp, proba, Ts = (W, data.proba, T) if scored.all() else (W[:, scored], data.proba[scored], T[scored])
+        for c in score_classes(data.classes, positive):
+            ci = data.classes.index(c)
+            y, s = Ts[:, ci], proba[:, ci]
+            out[("roc_auc", ci)], out[("pr_auc", ci)] = _rank_stats(Wp, y, s)
+            # Expected calibration error: |labelled rate - mean score| per equal-width score bin, weighted.
+            b = np.searchsorted(np.linspace(0, 1, bins + 1)[1:-1], s)  # as sklearn's calibration_curve
+            gap = Wp @ (np.eye(bins)[b] * (y - s)[:, None])
+            out[("calibration_error", ci)] = _div(np.abs(gap).sum(axis=1), Wp.sum(axis=1))
+        p_true = np.clip((proba * Ts).sum(axis=1), np.finfo(float).eps, 1 - np.finfo(float).eps)
+        known = Ts.sum(axis=1) > 0
+        out[("log_loss", "all")] = _div(Wp @ (-np.log(p_true) * known), Wp @ known.astype(float))
+    return out
+
+
+WILSON = {"precision": "pred", "recall": "support", "accuracy": "n"}  # proportions: Wilson, of this count
+
+
+def measure(data: Labelled, positive: str | None, bins: int = 10, samples: int = 200,
+            seed: int = 0) -> list[Measure]:
+    """Every metric of the slice with its n and 95% interval: Wilson for precision, recall and accuracy;
+    a seeded percentile bootstrap (`samples` resamples; 0: no intervals) for F1, the averages, the AUCs,
+    log loss and calibration error. A metric undefined on the slice has value None."""
+    classes = data.classes
+    T, P = _onehot(data.y_true, classes), _onehot(data.y_pred, classes)
+    n = len(data)
+    point = _all_stats(np.ones((1, n)), data, positive, bins, T, P) if n else {}
+    boot: dict[tuple[str, Any], list[np.ndarray]] = {k: [] for k in point}
+    if samples and n:
+        for W in _weights(np.random.default_rng(seed), n, samples):
+            for k, v in _all_stats(W, data, positive, bins, T, P).items():
+                boot[k].append(v)
+    tp, sup, pred = (T * P).sum(axis=0), T.sum(axis=0), P.sum(axis=0)
+    scored = int(np.isfinite(data.proba).all(axis=1).sum())
+    out = []
+    for (metric, key), v in point.items():
+        value = None if math.isnan(v[0]) else float(v[0])
+        cls = classes[key] if isinstance(key, int) else key
+        ci = key if isinstance(key, int) else None
+        if metric in ("roc_auc", "pr_auc", "calibration_error", "log_loss"):
+            count, detail = scored, {}
+            if ci is not None:
+                detail = {"positives": int(T[np.isfinite(data.proba).all(axis=1), ci].sum())}
+        elif ci is not None:
+            count = int({"precision": pred, "recall": sup, "f1": sup}[metric][ci])
+            detail = {"tp": int(tp[ci]), "support": int(sup[ci]), "predicted": int(pred[ci])}
+        else:
+            count, detail = n, {}
+        interval = None
+        if value is not None and metric in WILSON and (ci is not None or metric == "accuracy"):
+            k = tp[ci] if ci is not None else tp.sum()
+            interval = wilson(float(k), float(count)) if count else None
+        elif value is not None and boot.get((metric, key)):
+            draws = np.concatenate(boot[(metric, key)])
+            draws = draws[np.isfinite(draws)]
+            if len(draws) >= max(10, samples // 2):
+                lo, hi = np.percentile(draws, [2.5, 97.5])
+                interval = (float(lo), float(hi))
+        out.append(Measure(metric, cls, value, count, interval, detail))
+    return out
+
+
+def confusion(data: Labelled) -> dict[str, Any]:
+    """The confusion matrix (rows: true class, columns: predicted class, then MISS) as a JSON document."""
+    cols = list(data.classes) + [MISS]
+    matrix = (_onehot(data.y_true, data.classes).T @ _onehot(data.y_pred, cols)).astype(int)
+    return {"true": list(data.classes), "predicted": cols, "matrix": matrix.tolist()}
+
+
+def quality_findings(measures: list[Measure], group: str, min_n: int, baselines: Mapping[tuple, float],
+                     detail: Mapping[str, Any]) -> list[Finding]:
+    """`quality` findings of one slice: status `insufficient` below `min_n` or when undefined, else `ok`
+    (a quality figure measures; acceptance rules decide). `baselines` maps (metric, class, group) to the
+    reference's value."""
+    out = []
+    for m in measures:
+        base = baselines.get((m.metric, m.cls, group))
+        status = "ok" if m.value is not None and m.n >= min_n else "insufficient"
+        effect = None if m.value is None or base is None else m.value - base
+        out.append(Finding("quality", {"metric": m.metric, "class": m.cls, "group": group}, m.value, status,
+                           m.n, base, effect, m.interval, detail={**m.detail, **detail, "estimated": False}))
+    return out
+
+
+# -- the estimate before labels (CBPE) -------------------------------------------------------------
+
+
+def expected_confusion(y_pred: np.ndarray, proba: np.ndarray, classes: Sequence[str]) -> np.ndarray:
+    """CBPE's expected confusion matrix (true x predicted): each prediction adds its calibrated class
+    probabilities to its predicted column. Rows without scores or predictions are left out."""
+    ok = np.isfinite(proba).all(axis=1)
+    return proba[ok].T @ _onehot(y_pred[ok], classes)
+
+
+def _estimate_stats(T: np.ndarray, P: np.ndarray) -> dict[tuple[str, int | str], np.ndarray]:
+    """Precision / recall / F1 per class, macro averages and accuracy from (B x) rows x classes truth T
+    (probabilities or drawn labels) and predictions P: arrays of B, NaN where undefined."""
+    if T.ndim == 2:
+        T = T[None]
+    tp, pred, sup = np.einsum("bik,ik->bk", T, P), np.broadcast_to(P.sum(axis=0), T.shape[::2]), T.sum(axis=1)
+    out: dict[tuple[str, int | str], np.ndarray] = {}
+    present = (sup > 0) | (pred > 0)
+    for name, v in (("precision", _div(tp, pred)), ("recall", _div(tp, sup)), ("f1", _div(2 * tp, pred + sup))):
+        for ci in range(P.shape[1]):
+            out[(name, ci)] = v[:, ci]
+        out[(name, "macro")] = _div((np.nan_to_num(v) * present).sum(axis=1), present.sum(axis=1).astype(float))
+    out[("accuracy", "all")] = _div(tp.sum(axis=1), sup.sum(axis=1))
+    return out
+
+
+def estimate(y_pred: np.ndarray, proba: np.ndarray, classes: Sequence[str], samples: int = 0,
+             seed: int = 0) -> list[Measure]:
+    """Estimated precision, recall and F1 per class, their macro averages, and accuracy, from the
+    expected confusion matrix (values None when undefined). The interval (`samples` > 0): where the
+    realized figure falls 95% of the time if the scores are calibrated (labels drawn from them)."""
+    ok = np.isfinite(proba).all(axis=1)
+    Pr, P = proba[ok], _onehot(y_pred[ok], classes)
+    n, k = len(Pr), len(classes)
+    point = _estimate_stats(Pr, P)
+    draws: dict = {key: [] for key in point}
+    if samples and n:
+        rng = np.random.default_rng(seed)
+        cum = np.cumsum(Pr, axis=1)
+        block = max(1, min(samples, _BLOCK_CELLS // max(n * k, 1)))
+        for done in range(0, samples, block):
+            u = rng.random((min(block, samples - done), n, 1))
+            drawn = np.minimum((u > cum[None]).sum(axis=2), k - 1)  # each row's label drawn from its scores
+            for key, v in _estimate_stats(np.eye(k)[drawn], P).items():
+                draws[key].append(v)
+    sup = Pr.sum(axis=0)
+    out = []
+    for (metric, key), v in point.items():
+        interval = None
+        if draws[(metric, key)] and not math.isnan(v[0]):
+            d = np.concatenate(draws[(metric, key)])
+            d = d[np.isfinite(d)]
+            if len(d) >= max(10, samples // 2):
+                interval = tuple(float(x) for x in np.percentile(d, [2.5, 97.5]))
+        cls = classes[key] if isinstance(key, int) else key
+        detail = {"expected_support": float(sup[key])} if isinstance(key, int) else {}
+        out.append(Measure(metric, cls, None if math.isnan(v[0]) else float(v[0]), n, interval, detail))
+    return out
+
+
+def estimate_findings(estimates: list[Measure], realized: Mapping[tuple[str, str], float | None], group: str,
+                      min_n: int, detail: Mapping[str, Any]) -> list[Finding]:
+    """`quality_estimate` findings (detail: estimated=True), each with the realized value once the
+    window's labels have matured, and the estimate's error (estimate - realized)."""
+    out = []
+    for m in estimates:
+        real = realized.get((m.metric, m.cls))
+        error = None if real is None or m.value is None else m.value - real
+        status = "ok" if m.value is not None and m.n >= min_n else "insufficient"
+        out.append(Finding("quality_estimate", {"metric": m.metric, "class": m.cls, "group": group}, m.value,
+                           status, m.n, interval=m.interval,
+                           detail={**m.detail, **detail, "estimated": True, "realized": real, "error": error}))
+    return out
+
+
+# -- label coverage and bias -----------------------------------------------------------------------
+
+
+def coverage_findings(predicted: np.ndarray, labelled: np.ndarray, classes: Sequence[str], min_n: int,
+                      detail: Mapping[str, Any]) -> list[Finding]:
+    """`label_coverage`: the labelled share of the window's predictions, overall and per predicted class,
+    with Wilson intervals (the only class every prediction has before its label)."""
+    out = []
+    for cls, mask in [("all", np.ones(len(predicted), bool))] + [(c, predicted == c) for c in classes]:
+        n, k = int(mask.sum()), int(labelled[mask].sum())
+        status = "ok" if n >= min_n else "insufficient"
+        out.append(Finding("label_coverage", {"class": cls}, k / n if n else None, status, n,
+                           interval=wilson(k, n) if n else None, detail={**detail, "labelled": k}))
+    return out
+
+
+def bias_finding(predicted: np.ndarray, labelled: np.ndarray, classes: Sequence[str], min_n: int,
+                 tolerance: float, expected_share: Mapping[str, float] | None,
+                 detail: Mapping[str, Any]) -> Finding:
+    """`label_bias`: do labels arrive at different rates per class? Value: the largest gap between the
+    labelled shares of predicted classes; p-value of the chi-square test of labelled x class. Breach
+    when p < 0.001 and the gap exceeds `tolerance`, with every compared class at `min_n` or more.
+    `expected_share` (calibrated scores, all predictions) is set beside the labels' class shares."""
+    rows = [(c, int((predicted == c).sum()), int(labelled[predicted == c].sum())) for c in classes]
+    rows = [r for r in rows if r[1] >= min_n]
+    shares = {c: k / n for c, n, k in rows}
+    extra: dict[str, Any] = {**detail, "labelled_share": shares}
+    if expected_share is not None:
+        extra["expected_class_share"] = dict(expected_share)
+    if len(rows) < 2:
+        return Finding("label_bias", {}, None, "insufficient", int(len(predicted)), detail=extra)
+    gap = max(shares.values()) - min(shares.values())
+    table = np.array([[k, n - k] for _, n, k in rows], dtype=float)
+    p = 1.0 if (table.sum(axis=0) == 0).any() else float(sps.chi2_contingency(table, correction=False).pvalue)
+    status = "breach" if p < LABELS_BIAS_ALPHA and gap > tolerance else "ok"
+    return Finding("label_bias", {}, gap, status, int(sum(r[1] for r in rows)), effect=gap, p_value=p, detail=extra)
+
+
+# -- acceptance rules ------------------------------------------------------------------------------
+
+
+def acceptance_finding(rule: Any, group: str, observed: Finding | None, baseline: float | None,
+                       baseline_from: str, min_n: int) -> Finding:
+    """One rule on one group: breach only when n >= `min_n` and the whole 95% interval lies past the
+    tolerance (below baseline - max_drop, or below min); `insufficient` without a value, interval or
+    (for max_drop) baseline."""
+    name = rule.name or f"{rule.metric}:{rule.class_}:{rule.group}"
+    labels = {"rule": name, "metric": rule.metric, "class": rule.class_, "group": group}
+    floor = rule.min if rule.min is not None else (None if baseline is None else baseline - rule.max_drop)
+    detail = {"baseline_from": baseline_from, "floor": floor, "max_drop": rule.max_drop, "min": rule.min}
+    if observed is None or observed.value is None or observed.interval is None or floor is None \
+            or observed.n < min_n:
+        why = ("no such figure" if observed is None else "n below min_n" if observed.n < min_n
+               else "no baseline" if floor is None else "undefined or no interval")
+        return Finding("acceptance", labels, None if observed is None else observed.value, "insufficient",
+                       0 if observed is None else observed.n, baseline, detail={**detail, "why": why})
+    status = "breach" if observed.interval[1] < floor else "ok"
+    effect = None if baseline is None else observed.value - baseline
+    return Finding("acceptance", labels, observed.value, status, observed.n, baseline, effect, observed.interval,
+                   detail={**detail, **{k: v for k, v in observed.detail.items() if k == "failed_as_miss"}})
+
+
+# -- two versions on the same requests -------------------------------------------------------------
+
+
+def compare_versions(a: Labelled, b: Labelled, pred_a_all: np.ndarray, pred_b_all: np.ndarray,
+                     positive: str | None, samples: int, seed: int) -> list[Measure]:
+    """Pairwise comparison of version b against a on the same labelled requests: deltas (b - a) of
+    accuracy, macro F1 and each class's recall with a paired bootstrap interval, plus flips: predictions
+    that changed side of the threshold (all shared requests) and which flips became right or wrong."""
+    classes = a.classes
+    Ta = _onehot(a.y_true, classes)
+    Pa, Pb = _onehot(a.y_pred, classes), _onehot(b.y_pred, classes)
+    pos = positive if positive in classes else classes[-1]
+    flips = {
+        "shared": int(len(pred_a_all)),
+        "changed": int((pred_a_all != pred_b_all).sum()),
+        "to_positive": int(((pred_a_all != pos) & (pred_b_all == pos)).sum()),
+        "to_negative": int(((pred_a_all == pos) & (pred_b_all != pos)).sum()),
+        "labelled_changed": int((a.y_pred != b.y_pred).sum()),
+        "became_right": int(((a.y_pred != a.y_true) & (b.y_pred == b.y_true)).sum()),
+        "became_wrong": int(((a.y_pred == a.y_true) & (b.y_pred != b.y_true)).sum()),
+    }
+    keys = [("accuracy", "all"), ("f1", "macro")] + [("recall", ci) for ci in range(len(classes))]
+    n = len(a)
+
+    def deltas(W):
+        sa, sb = _class_stats(W, Ta, Pa), _class_stats(W, Ta, Pb)
+        return {k: sb[k] - sa[k] for k in keys}
+
+    point = deltas(np.ones((1, n))) if n else {}
+    draws: dict = {k: [] for k in keys}
+    if n and samples:
+        for W in _weights(np.random.default_rng(seed), n, samples):
+            for k, v in deltas(W).items():
+                draws[k].append(v)
+    out = []
+    for metric, key in keys:
+        v = point.get((metric, key), np.array([np.nan]))[0]
+        interval = None
+        if draws[(metric, key)]:
+            d = np.concatenate(draws[(metric, key)])
+            d = d[np.isfinite(d)]
+            if len(d) >= max(10, samples // 2):
+                interval = tuple(float(x) for x in np.percentile(d, [2.5, 97.5]))
+        cls = classes[key] if isinstance(key, int) else key
+        out.append(Measure(metric, cls, None if math.isnan(v) else float(v), n, interval, dict(flips)))
+    return out

@@ -1,0 +1,166 @@
+"""Delayed labels: what each prediction keeps until its label arrives, the label rows of a batch, and the
+groups quality is scored per (segments, input-length buckets, expressions).
+
+The tick (monitor.runner) reads the label source; this module holds the pure pieces it and the quality
+scorer share.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from monitor.config import Service, expression_columns
+from monitor.contract import Reason, Reject, excerpt
+from monitor.profile import lengths
+from monitor.sources import LINE
+
+ALL_GROUP = "all"
+LENGTH_SUFFIX = "_length"
+
+
+@dataclass(frozen=True)
+class LabelBatch:
+    """The labels of one batch to store (in arrival order) and the rows refused."""
+
+    rows: list[dict]
+    rejects: list[Reject]
+
+
+def attr_columns(service: Service) -> tuple[list[str], list[str]]:
+    """(raw columns, text features whose length is kept) that the service's quality groups read."""
+    q = service.quality
+    raw = list(service.schema_.segments)
+    texts = [f for f, k in service.schema_.features.items() if k == "text"]
+    needed_len = set(q.length_buckets) if q else set()
+    for expression in (q.groups.values() if q else ()):
+        for name in sorted(expression_columns(expression)):
+            if name.endswith(LENGTH_SUFFIX) and name[: -len(LENGTH_SUFFIX)] in texts:
+                needed_len.add(name[: -len(LENGTH_SUFFIX)])
+            elif name not in raw:
+                raw.append(name)
+    return raw, [t for t in texts if t in needed_len]
+
+
+def attr_frame(frame: pd.DataFrame, service: Service) -> pd.DataFrame:
+    """The columns quality groups read, from prediction or reference rows: raw values, and the length in
+    characters of text features (`<feature>_length`)."""
+    raw, texts = attr_columns(service)
+    out = pd.DataFrame(index=frame.index)
+    for name in raw:
+        if name in frame:
+            col = frame[name]
+            out[name] = col.astype(object).where(col.notna(), None) if not pd.api.types.is_numeric_dtype(col) else col
+    for name in texts:
+        if name in frame:
+            out[name + LENGTH_SUFFIX] = lengths(frame[name])[0]  # NaN where missing
+    return out
+
+
+def scored_rows(frame: pd.DataFrame, service: Service) -> list[dict]:
+    """What quality keeps of each accepted prediction row: ids, time, status, prediction, class scores and
+    the group attributes (only those the config's groups read)."""
+    if frame is None or frame.empty or "request_id" not in frame:
+        return []
+    schema = service.schema_
+    scores = {c: frame[schema.score_column(c)].to_numpy(dtype=float)
+              for c in schema.classes if schema.score_column(c) in frame}
+    attrs = attr_frame(frame, service)
+    attr_records = attrs.to_dict("records") if len(attrs.columns) else [None] * len(frame)
+    pred = frame["prediction"].astype(object).where(frame["prediction"].notna(), None).to_numpy() \
+        if "prediction" in frame else [None] * len(frame)
+    ts = frame["ts"].to_numpy(dtype=object)  # Timestamps: Store converts them to plain UTC datetimes
+    ids, versions, status = (frame[c].astype(object).to_numpy() for c in ("request_id", "model_version", "status"))
+    out = []
+    for i in range(len(frame)):
+        row_scores = {c: float(v[i]) for c, v in scores.items() if math.isfinite(v[i])}
+        rec = attr_records[i]
+        if rec is not None:
+            rec = {k: _plain(v) for k, v in rec.items() if _plain(v) is not None}
+        out.append({"request_id": str(ids[i]), "model_version": str(versions[i]), "ts": ts[i],
+                    "status": str(status[i]), "prediction": None if pred[i] is None else str(pred[i]),
+                    "scores": row_scores or None, "attrs": rec or None})
+    return out
+
+
+def _plain(value):
+    if value is None:
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def label_batch(accepted: pd.DataFrame, service: Service) -> LabelBatch:
+    """Accepted label rows as dicts in arrival (line) order; a label that is not a declared class is
+    refused as `unknown_label` (when classes are declared)."""
+    if accepted is None or accepted.empty:
+        return LabelBatch([], [])
+    classes = set(service.schema_.classes)
+    rows, rejects = [], []
+    has_ts = "label_ts" in accepted
+    for i, (rid, label) in enumerate(zip(accepted["request_id"].astype(object), accepted["label"].astype(object),
+                                         strict=True)):
+        if classes and label not in classes:
+            rejects.append(Reject(f"{accepted['_source'].iat[i]}:{accepted[LINE].iat[i]}", Reason.unknown_label,
+                                  excerpt(f'{{"request_id": "{rid}", "label": "{label}"}}')))
+            continue
+        ts = accepted["label_ts"].iat[i] if has_ts else None
+        rows.append({"request_id": str(rid), "label": str(label),
+                     "label_ts": None if ts is None or pd.isna(ts) else ts.to_pydatetime()})
+    return LabelBatch(rows, rejects)
+
+
+def orphan_reject(label: dict) -> Reject:
+    """The quarantine entry of a label whose prediction never arrived within quality.label_horizon."""
+    ts = label["label_ts"].isoformat() if isinstance(label.get("label_ts"), datetime) else None
+    text = f'{{"request_id": "{label["request_id"]}", "label": "{label["label"]}", "label_ts": "{ts}"}}'
+    return Reject(f"labels:{label['request_id']}", Reason.orphan_label, excerpt(text))
+
+
+def groups(attrs: pd.DataFrame, service: Service) -> dict[str, np.ndarray]:
+    """Row masks of every group quality is scored on: `all`, each segment value (`column=value`), each
+    input-length bucket, and each configured expression (pandas eval on the declared columns only)."""
+    n = len(attrs)
+    out = {ALL_GROUP: np.ones(n, bool)}
+    q = service.quality
+    for seg in service.schema_.segments:
+        if seg in attrs:
+            values = attrs[seg]
+            for v in sorted({str(x) for x in values.dropna().unique()}):
+                out[f"{seg}={v}"] = (values.astype(str) == v).to_numpy() & values.notna().to_numpy()
+    for text, edges in (q.length_buckets.items() if q else ()):
+        col = attrs[text + LENGTH_SUFFIX].to_numpy(float) if text + LENGTH_SUFFIX in attrs else np.full(n, np.nan)
+        bounds = [-math.inf, *edges, math.inf]
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            name = (f"{text}_length<{hi:g}" if lo == -math.inf else f"{text}_length>={lo:g}" if hi == math.inf
+                    else f"{lo:g}<={text}_length<{hi:g}")
+            out[name] = (col >= lo) & (col < hi)
+    for name, expression in (q.groups.items() if q else ()):
+        out[name] = _eval(attrs, expression)
+    return out
+
+
+def _eval(attrs: pd.DataFrame, expression: str) -> np.ndarray:
+    """An expression checked by config.expression_columns, evaluated by pandas on `attrs` (a missing
+    column or value makes its rows False)."""
+    missing = expression_columns(expression) - set(attrs.columns)
+    if missing or not len(attrs):
+        return np.zeros(len(attrs), bool)
+    frame = attrs.copy()
+    for col in frame.columns:
+        if frame[col].dtype == object:
+            numeric = pd.to_numeric(frame[col], errors="coerce")
+            if numeric.notna().sum() == frame[col].notna().sum():
+                frame[col] = numeric
+    try:
+        result = frame.eval(expression, engine="python")
+    except Exception:  # a type mismatch (text compared with a number): no row is in the group
+        return np.zeros(len(attrs), bool)
+    return np.asarray(pd.Series(result, index=frame.index).fillna(False), dtype=bool)

@@ -1,0 +1,316 @@
+"""Score quality by prediction-time window from the stored scored predictions and their labels.
+
+Per window and model version: label coverage and bias always, the CBPE estimate always, and once the
+window has matured (labelled share >= coverage_threshold, or maturity_horizon after its end) the
+labelled quality per class and group, the acceptance rules and the pairwise version comparison. Findings
+are upserted on their identity, so re-scoring as labels land rewrites them in place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from checks.base import Finding
+from checks.quality import (
+    MISS,
+    Labelled,
+    Measure,
+    acceptance_finding,
+    bias_finding,
+    compare_versions,
+    confusion,
+    coverage_findings,
+    estimate,
+    estimate_findings,
+    measure,
+    probabilities,
+    quality_findings,
+    score_classes,
+    seed_of,
+)
+from monitor.config import Config, Service
+from monitor.labels import ALL_GROUP, attr_frame, groups
+from monitor.windows import floor_to
+from storage.store import Store
+
+
+@dataclass(frozen=True)
+class WindowQuality:
+    """What scoring one window of one model version found."""
+
+    start: datetime
+    end: datetime
+    model_version: str
+    predictions: int  # predictions eligible for quality (ok, or every status with failed_as_miss)
+    labelled: int
+    matured: bool
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float:
+        return self.labelled / self.predictions if self.predictions else 0.0
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference's quality per (metric, class, group), and the score calibrators CBPE uses."""
+
+    values: dict[tuple[str, str, str], float]
+    calibrators: dict[str, object]  # class -> fitted IsotonicRegression on the reference's labels
+
+
+def windows_holding(times: list[datetime], sizes: list[timedelta], now: datetime,
+                    limit: int = 12) -> list[tuple[datetime, datetime]]:
+    """Closed windows of each size holding any of `times`, and the last closed one; the newest `limit` per
+    size (a tick's cost stays bounded; older windows touched by late labels wait for the nightly job)."""
+    out = set()
+    for size in sizes:
+        last_end = floor_to(now, size)
+        starts = {floor_to(t, size) for t in times} | {last_end - size}
+        out |= {(s, s + size) for s in sorted(x for x in starts if x + size <= last_end)[-limit:]}
+    return sorted(out)
+
+
+def score_service(config: Config, service: Service, store: Store, now: datetime,
+                  windows: list[tuple[datetime, datetime]] | None = None,
+                  tick_id: int | None = None) -> list[WindowQuality]:
+    """Score `windows` (default: the last closed window of each quality window length) and upsert their
+    findings; nothing when the service has no quality section."""
+    q = service.quality
+    if q is None:
+        return []
+    if windows is None:
+        windows = windows_holding([], q.windows, now)
+    ref = reference_quality(service)
+    out: list[WindowQuality] = []
+    for start, end in windows:
+        with store.transaction() as session:
+            rows = store.load_labelled(session, service.name, start, end)
+        scored = score_window(service, rows, start, end, now, ref)
+        with store.transaction() as session:
+            store.upsert_findings(session, [f.to_row(service.name, w.model_version, start, end, tick_id)
+                                            for w in scored for f in w.findings])
+        out += scored
+    return out
+
+
+def _frame(rows: list[tuple]) -> pd.DataFrame:
+    cols = ["request_id", "model_version", "ts", "status", "prediction", "scores", "attrs", "label", "changes"]
+    return pd.DataFrame.from_records(rows, columns=cols)
+
+
+def _classes(service: Service, frame: pd.DataFrame) -> tuple[str, ...]:
+    if service.schema_.classes:
+        return tuple(service.schema_.classes)
+    seen = set(frame["label"].dropna()) | set(frame["prediction"].dropna())
+    return tuple(sorted(str(x) for x in seen))
+
+
+def _proba(scores: pd.Series, classes: tuple[str, ...], calibrators: dict[str, object]) -> np.ndarray:
+    """Rows x classes probabilities from the stored score dicts, calibrated on the reference when it can be."""
+    present = [c for c in classes if any(isinstance(s, dict) and c in s for s in scores)]
+    raw = np.array([[s.get(c, np.nan) if isinstance(s, dict) else np.nan for c in present] for s in scores],
+                   dtype=float).reshape(len(scores), len(present))
+    for j, c in enumerate(present):
+        cal = calibrators.get(c)
+        if cal is not None:
+            ok = np.isfinite(raw[:, j])
+            if ok.any():
+                raw[ok, j] = cal.predict(raw[ok, j])
+    if not present:
+        return np.full((len(scores), len(classes)), np.nan)
+    return probabilities(raw, classes, [classes.index(c) for c in present])
+
+
+def score_window(service: Service, rows: list[tuple], start: datetime, end: datetime, now: datetime,
+                 ref: Reference) -> list[WindowQuality]:
+    """Findings of one window per model version (pure: the rows come from Store.load_labelled)."""
+    q = service.quality
+    assert q is not None
+    if not rows:
+        return []
+    frame = _frame(rows)
+    classes = _classes(service, frame)
+    if not classes:  # no declared classes and neither labels nor predictions name one: nothing to score
+        return []
+    positive = service.schema_.positive_class
+    # Stored attrs already hold what attr_frame made at ingest (raw values and <text>_length).
+    attrs = pd.DataFrame.from_records([a or {} for a in frame["attrs"]], index=range(len(frame)))
+    masks = groups(attrs, service)
+    failed = (frame["status"] != "ok").to_numpy()
+    eligible = ~failed if not q.failed_as_miss else np.ones(len(frame), bool)
+    known = frame["label"].isin(classes).to_numpy()
+    labelled = eligible & known
+    pred = np.where(failed, MISS, frame["prediction"].fillna(MISS).astype(object)).astype(object)
+    proba = _proba(frame["scores"], classes, ref.calibrators)
+    y_true = frame["label"].fillna("").astype(object).to_numpy()
+    matured_by_age = now >= end + q.maturity_horizon
+    statement = {"failed_as_miss": q.failed_as_miss}
+
+    out, measured = [], {}
+    versions = sorted(frame["model_version"].unique())
+    for version in versions:
+        v = (frame["model_version"] == version).to_numpy()
+        elig, lab = v & eligible, v & labelled
+        n_elig, n_lab = int(elig.sum()), int(lab.sum())
+        coverage = n_lab / n_elig if n_elig else 0.0
+        matured = n_elig > 0 and (coverage >= q.coverage_threshold or matured_by_age)
+        detail = {**statement, "coverage": round(coverage, 6), "matured": matured,
+                  "label_changes": int(pd.to_numeric(frame["changes"]).fillna(0).to_numpy()[lab].sum())}
+        findings = coverage_findings(pred[elig], labelled[elig], classes, q.min_n, detail)
+        expected = proba[elig & ~failed]
+        share = dict(zip(classes, np.nanmean(expected, axis=0).round(6).tolist(), strict=True)) \
+            if np.isfinite(expected).all(axis=1).any() else None
+        findings.append(bias_finding(pred[elig], labelled[elig], classes, q.min_n, q.bias_tolerance, share, detail))
+        realized_all: dict[str, dict] = {}
+        if matured:
+            for group, mask in masks.items():
+                sel = lab & mask
+                data = Labelled(y_true[sel], pred[sel], proba[sel], classes)
+                ms = measure(data, positive, q.calibration_bins, q.bootstrap_samples,
+                             seed_of(q.seed, service.name, start.isoformat(), end.isoformat(), version, group))
+                gdetail = {**detail, "group_n": int(sel.sum())}
+                qf = quality_findings(ms, group, q.min_n, ref.values, gdetail)
+                if len(data):
+                    for f in qf:
+                        if f.labels["metric"] == "accuracy":
+                            f.detail["confusion"] = confusion(data)
+                findings += qf
+                measured[(version, group)] = {(f.labels["metric"], f.labels["class"]): f for f in qf}
+                realized_all[group] = {(m.metric, m.cls): m.value for m in ms}
+        for group, mask in masks.items():
+            sel = elig & ~failed & mask
+            if sel.any():
+                est = estimate(pred[sel], proba[sel], classes, q.bootstrap_samples,
+                               seed_of(q.seed, "estimate", start.isoformat(), end.isoformat(), version, group))
+                findings += estimate_findings(est, realized_all.get(group, {}), group, q.min_n,
+                                              {**statement, "matured": matured})
+        out.append(WindowQuality(start, end, version, n_elig, n_lab, matured, findings))
+
+    for w in out:
+        if w.matured:
+            w.findings.extend(_acceptance(service, w.model_version, measured, masks, ref))
+    out = _with_comparisons(service, out, frame, y_true, pred, proba, labelled, classes, positive, start, end)
+    return out
+
+
+def _acceptance(service: Service, version: str, measured: dict, masks: dict, ref: Reference) -> list[Finding]:
+    q = service.quality
+    out = []
+    accepted = q.accepted_version
+    for rule in q.rules:
+        targets = [g for g in masks if g != ALL_GROUP] if rule.group == "*" else [rule.group]
+        for group in targets:
+            observed = measured.get((version, group), {}).get((rule.metric, rule.class_))
+            base, source = ref.values.get((rule.metric, rule.class_, group)), "reference"
+            if accepted and accepted != version and (accepted, group) in measured:
+                other = measured[(accepted, group)].get((rule.metric, rule.class_))
+                if other is not None and other.value is not None and other.status == "ok":
+                    base, source = other.value, f"version {accepted}"
+            out.append(acceptance_finding(rule, group, observed, base, source, q.min_n))
+    return out
+
+
+def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.DataFrame, y_true, pred, proba,
+                      labelled, classes, positive, start, end) -> list[WindowQuality]:
+    """Add `version_compare` findings to each version that shares requests with the accepted version
+    (or, without one, the first version in name order)."""
+    q = service.quality
+    versions = [w.model_version for w in out]
+    if len(versions) < 2:
+        return out
+    base = q.accepted_version if q.accepted_version in versions else versions[0]
+    idx = {v: pd.Series(np.flatnonzero((frame["model_version"] == v).to_numpy()),
+                        index=frame["request_id"][frame["model_version"] == v].to_numpy()) for v in versions}
+    for w in out:
+        if w.model_version == base or not w.matured:
+            continue
+        shared = idx[base].index.intersection(idx[w.model_version].index)
+        if not len(shared):
+            continue
+        ia, ib = idx[base][shared].to_numpy(), idx[w.model_version][shared].to_numpy()
+        both = labelled[ia] & labelled[ib]
+        a = Labelled(y_true[ia][both], pred[ia][both], proba[ia][both], classes)
+        b = Labelled(y_true[ib][both], pred[ib][both], proba[ib][both], classes)
+        seed = seed_of(q.seed, service.name, start.isoformat(), end.isoformat(), base, w.model_version)
+        for m in compare_versions(a, b, pred[ia], pred[ib], positive, q.bootstrap_samples, seed):
+            status = "ok" if m.value is not None and m.n >= q.min_n else "insufficient"
+            w.findings.append(Finding("version_compare", {"metric": m.metric, "class": m.cls, "against": base},
+                                      m.value, status, m.n, interval=m.interval,
+                                      detail={**m.detail, "failed_as_miss": q.failed_as_miss}))
+    return out
+
+
+# -- the reference ---------------------------------------------------------------------------------
+
+
+def reference_quality(service: Service) -> Reference:
+    """The reference's quality per group (when it holds `label` and `prediction`) and CBPE's calibrators
+    (when it holds `label` and scores); empty without a reference."""
+    if service.reference is None or service.quality is None:
+        return Reference({}, {})
+    path = service.reference.path
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return Reference({}, {})
+    key = (str(path), stat.st_mtime_ns, stat.st_size, service.model_dump_json())
+    if key not in _REFERENCES:
+        if len(_REFERENCES) >= 16:
+            _REFERENCES.clear()
+        _REFERENCES[key] = _reference(str(path), service)
+    return _REFERENCES[key]
+
+
+_REFERENCES: dict[tuple, Reference] = {}  # by file identity and service config: a tick reads it once
+
+
+def _reference(path: str, service: Service) -> Reference:
+    from sklearn.isotonic import IsotonicRegression
+
+    from monitor.profile import read_reference
+
+    frame = read_reference(path)
+    if "label" not in frame:
+        return Reference({}, {})
+    schema, q = service.schema_, service.quality
+    classes = tuple(schema.classes) or tuple(sorted(frame["label"].dropna().astype(str).unique()))
+    y = frame["label"].astype(object).where(frame["label"].notna(), "").astype(str).to_numpy(dtype=object)
+    calibrators = {}
+    for c in score_classes(classes, schema.positive_class):
+        col = schema.score_column(c)
+        if col in frame:
+            s = frame[col].to_numpy(float)
+            ok = np.isfinite(s)
+            if ok.sum() >= 2 and len(set(y[ok] == c)) == 2:
+                calibrators[c] = IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1).fit(s[ok], y[ok] == c)
+    values: dict[tuple[str, str, str], float] = {}
+    if "prediction" in frame:
+        present = [c for c in classes if schema.score_column(c) in frame]
+        raw = frame[[schema.score_column(c) for c in present]].to_numpy(float) if present else np.zeros((len(frame), 0))
+        proba = probabilities(raw, classes, [classes.index(c) for c in present]) if present \
+            else np.full((len(frame), len(classes)), np.nan)
+        pred = frame["prediction"].astype(object).where(frame["prediction"].notna(), MISS).to_numpy(dtype=object)
+        known = np.isin(y, classes)
+        for group, mask in groups(attr_frame(frame, service), service).items():
+            sel = known & mask
+            ms: list[Measure] = measure(Labelled(y[sel], pred[sel], proba[sel], classes), schema.positive_class,
+                                        q.calibration_bins, samples=0)
+            values |= {(m.metric, m.cls, group): m.value for m in ms if m.value is not None}
+    return Reference(values, calibrators)
+
+
+def realized_error(findings: list[Finding]) -> dict[tuple[str, str], list[float]]:
+    """Estimate errors (estimate - realized) of the `quality_estimate` findings, by (metric, class) of
+    group `all`."""
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for f in findings:
+        if f.check == "quality_estimate" and f.labels.get("group") == ALL_GROUP and f.detail.get("error") is not None:
+            out[(f.labels["metric"], f.labels["class"])].append(f.detail["error"])
+    return dict(out)

@@ -1,0 +1,139 @@
+"""Acceptance rules, the CBPE estimate and its error, label coverage and bias, and version comparison."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from checks.base import Finding
+from checks.quality import (
+    Labelled,
+    acceptance_finding,
+    bias_finding,
+    compare_versions,
+    coverage_findings,
+    estimate,
+    estimate_findings,
+    expected_confusion,
+    measure,
+    probabilities,
+)
+from monitor.config import QualityRule
+
+CLS = ("No", "Yes")
+
+
+def observed(value: float, interval: tuple[float, float], n: int = 500) -> Finding:
+    return Finding("quality", {"metric": "recall", "class": "Yes", "group": "all"}, value, "ok", n,
+                   interval=interval, detail={"failed_as_miss": False})
+
+
+@pytest.mark.parametrize("value, interval, n, status", [
+    (0.70, (0.66, 0.74), 500, "ok"),  # a drop of 0.05, but the interval reaches the floor 0.69
+    (0.66, (0.62, 0.689), 500, "breach"),  # the whole interval is below the floor
+    (0.66, (0.62, 0.70), 500, "ok"),  # the point is below the floor, the interval is not: no breach
+    (0.50, (0.30, 0.68), 20, "insufficient"),  # clearly below, but n is under min_n: never a breach
+])
+def test_max_drop_rule_fires_only_when_the_interval_excludes_the_tolerance(value, interval, n, status) -> None:
+    rule = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.01)
+    f = acceptance_finding(rule, "all", observed(value, interval, n), 0.70, "reference", min_n=30)
+    assert f.check == "acceptance" and f.status == status
+    assert f.labels == {"rule": "recall:Yes:all", "metric": "recall", "class": "Yes", "group": "all"}
+    if status != "insufficient":
+        assert f.detail["floor"] == pytest.approx(0.69) and f.effect == pytest.approx(value - 0.70)
+
+
+def test_floor_rule_and_missing_baseline() -> None:
+    floor = QualityRule(name="key group floor", metric="recall", **{"class": "Yes"}, group="*", min=0.8)
+    assert acceptance_finding(floor, "g", observed(0.7, (0.65, 0.79)), None, "reference", 30).status == "breach"
+    assert acceptance_finding(floor, "g", observed(0.7, (0.65, 0.81)), None, "reference", 30).status == "ok"
+    drop = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.01)
+    f = acceptance_finding(drop, "all", observed(0.1, (0.05, 0.15)), None, "reference", 30)
+    assert f.status == "insufficient" and f.detail["why"] == "no baseline"
+    with pytest.raises(ValueError):
+        QualityRule(metric="recall", max_drop=0.1, min=0.5)
+
+
+def calibrated(n: int, seed: int, threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = rng.beta(2, 4, n)
+    y = np.where(rng.random(n) < p, "Yes", "No").astype(object)
+    pred = np.where(p >= threshold, "Yes", "No").astype(object)
+    return y, pred, probabilities(p[:, None], CLS, [1])
+
+
+def test_expected_confusion_by_hand() -> None:
+    pred = np.array(["Yes", "Yes", "No"], dtype=object)
+    proba = probabilities(np.array([[0.9], [0.6], [0.2]]), CLS, [1])
+    E = expected_confusion(pred, proba, CLS)  # rows: true No, Yes; columns: predicted No, Yes
+    assert E == pytest.approx(np.array([[0.8, 0.5], [0.2, 1.5]]))
+    est = {(m.metric, m.cls): m.value for m in estimate(pred, proba, CLS)}
+    assert est[("precision", "Yes")] == pytest.approx(1.5 / 2.0)
+    assert est[("recall", "Yes")] == pytest.approx(1.5 / 1.7)
+    assert est[("accuracy", "all")] == pytest.approx(2.3 / 3)
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.3])
+def test_cbpe_estimate_and_its_error_on_calibrated_scores(threshold: float) -> None:
+    y, pred, proba = calibrated(20_000, seed=4, threshold=threshold)
+    est = estimate(pred, proba, CLS)
+    realized = {(m.metric, m.cls): m.value for m in measure(Labelled(y, pred, proba, CLS), "Yes", samples=0)}
+    findings = estimate_findings(est, realized, "all", 30, {"failed_as_miss": False})
+    by = {(f.labels["metric"], f.labels["class"]): f for f in findings}
+    for key in [("precision", "Yes"), ("recall", "Yes"), ("f1", "Yes"), ("f1", "macro"), ("accuracy", "all")]:
+        f = by[key]
+        assert f.check == "quality_estimate" and f.detail["estimated"] is True
+        assert f.detail["realized"] == pytest.approx(realized[key])
+        assert f.detail["error"] == pytest.approx(f.value - realized[key])
+        assert abs(f.detail["error"]) < 0.02, (key, f.detail)
+
+
+def test_cbpe_is_wrong_when_scores_are_not_calibrated() -> None:
+    """The estimate trusts the scores: shifted (miscalibrated) scores give a visible error."""
+    y, pred, proba = calibrated(20_000, seed=5)
+    shifted = probabilities(np.clip(proba[:, 1:] + 0.15, 0, 1), CLS, [1])
+    est = {(m.metric, m.cls): m.value for m in estimate(pred, shifted, CLS)}
+    real = {(m.metric, m.cls): m.value for m in measure(Labelled(y, pred, proba, CLS), "Yes", samples=0)}
+    assert est[("precision", "Yes")] - real[("precision", "Yes")] > 0.08
+
+
+def test_coverage_and_biased_coverage() -> None:
+    rng = np.random.default_rng(8)
+    pred = np.where(rng.random(4000) < 0.3, "Yes", "No").astype(object)
+    labelled = rng.random(4000) < np.where(pred == "Yes", 0.9, 0.6)  # Yes labels arrive more often
+    cov = {f.labels["class"]: f for f in coverage_findings(pred, labelled, CLS, 30, {})}
+    assert cov["Yes"].value == pytest.approx(labelled[pred == "Yes"].mean())
+    assert cov["all"].interval[0] < cov["all"].value < cov["all"].interval[1]
+    biased = bias_finding(pred, labelled, CLS, 30, 0.05, {"No": 0.7, "Yes": 0.3}, {})
+    assert biased.status == "breach" and biased.value == pytest.approx(0.3, abs=0.03) and biased.p_value < 1e-6
+    even = rng.random(4000) < 0.75
+    assert bias_finding(pred, even, CLS, 30, 0.05, None, {}).status == "ok"
+    assert bias_finding(pred[:40], labelled[:40], CLS, 30, 0.05, None, {}).status == "insufficient"
+
+
+def test_version_compare_counts_flips_each_side_of_the_threshold() -> None:
+    y = np.array(["Yes"] * 6 + ["No"] * 6, dtype=object)
+    a = np.array(["Yes", "Yes", "Yes", "No", "No", "No", "No", "No", "No", "No", "Yes", "Yes"], dtype=object)
+    b = np.array(["Yes", "No", "No", "No", "No", "Yes", "No", "No", "No", "No", "No", "Yes"], dtype=object)
+    nan = np.full((12, 2), np.nan)
+    out = compare_versions(Labelled(y, a, nan, CLS), Labelled(y, b, nan, CLS), a, b, "Yes", samples=100, seed=1)
+    by = {(m.metric, m.cls): m for m in out}
+    flips = by[("accuracy", "all")].detail
+    assert flips["to_negative"] == 3 and flips["to_positive"] == 1 and flips["changed"] == 4
+    assert flips["became_right"] == 2 and flips["became_wrong"] == 2  # b drops 2 Yes, gains r5 and r10
+    assert by[("recall", "Yes")].value == pytest.approx(2 / 6 - 3 / 6)
+    assert by[("accuracy", "all")].value == pytest.approx(0.0)
+    lo, hi = by[("recall", "Yes")].interval
+    assert lo <= by[("recall", "Yes")].value <= hi
+
+
+def test_estimate_interval_holds_the_realized_figure_when_scores_are_calibrated() -> None:
+    hits, reps = {("recall", "Yes"): 0, ("precision", "Yes"): 0, ("accuracy", "all"): 0}, 60
+    for seed in range(reps):
+        y, pred, proba = calibrated(1500, seed=100 + seed)
+        est = {(m.metric, m.cls): m for m in estimate(pred, proba, CLS, samples=200, seed=seed)}
+        real = {(m.metric, m.cls): m.value for m in measure(Labelled(y, pred, proba, CLS), "Yes", samples=0)}
+        for key in hits:
+            lo, hi = est[key].interval
+            hits[key] += lo <= real[key] <= hi
+    assert all(h / reps >= 0.88 for h in hits.values()), hits
