@@ -20,6 +20,7 @@ from monitor import logs, retention
 from monitor.alerts import after_tick
 from monitor.config import Config
 from monitor.health import Metrics
+from monitor.nightly import run_nightly
 from monitor.notify import drain
 from monitor.profile import stored_profile
 from monitor.runner import TickReport, tick
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 Stage = Callable[[Config, Store, datetime], Any]
 
 AFTER_TICK: list[Stage] = [after_tick, drain]  # after every tick, in order: alert evaluation, outbox drain
-NIGHTLY: list[Stage] = []  # run by the nightly job after retention: label scoring
+NIGHTLY: list[Stage] = [run_nightly]  # run by the nightly job after retention: label scoring
 
 INSTANCE = f"{socket.gethostname()}:{os.getpid()}"
 # One writer at a time inside the daemon: SQLite refuses a read-then-write transaction whose snapshot another
