@@ -17,6 +17,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from monitor import config as config_mod
+from monitor.jobs import tick_job
 from monitor.partials import ALL, Partial
 from monitor.runner import TickReport, tick
 from storage.store import Store
@@ -70,7 +71,8 @@ def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console:
         cfg = config_mod.load(work / "tailwatch.yaml")
         store = Store(cfg.storage.url)
         store.upgrade()
-        reports = replay(work, cfg, store, truth, console)
+        # The daemon's tick job: ingest and checks, then verdicts, alerts and the (unconfigured) Slack outbox.
+        reports = replay(work, cfg, store, truth, console, job=tick_job)
         _show(console, store, reports, truth)
         store.dispose()
         if keep:
@@ -92,9 +94,10 @@ def _lines_with_time(folder: Path, time_col: str) -> pd.DataFrame:
 
 
 def replay(work: Path, cfg, store: Store, truth, console: Console | None = None, *,
-           broken_lines: bool = True) -> list[TickReport]:
+           broken_lines: bool = True, job=tick) -> list[TickReport]:
     """Append each line of `work/generated` to `work/logs` when its time comes (one file per hour, as a
-    logger rotates) and tick every 15 min with the clock at the tick; `broken_lines` appends the demo's
+    logger rotates) and run `job(cfg, store, now)` every 15 min with the clock at the tick (`tick`, or the
+    daemon's `jobs.tick_job` with its verdict and alert stages); `broken_lines` appends the demo's
     malformed lines once. Returns one report per tick."""
     preds = _lines_with_time(work / "generated" / "predictions", "ts")
     timings = _lines_with_time(work / "generated" / "timings", "start_ts")
@@ -116,7 +119,7 @@ def replay(work: Path, cfg, store: Store, truth, console: Console | None = None,
                 with open(live["predictions"] / "late-batch.jsonl", "ab") as fh:
                     ts = f"{now - timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}"
                     fh.write("".join(line.format(ts=ts) + "\n" for line, _ in BROKEN_LINES).encode())
-            reports.append(tick(cfg, store, now.to_pydatetime())[0])
+            reports.append(job(cfg, store, now.to_pydatetime())[0])
             progress.advance(task)
     return reports
 
@@ -144,15 +147,74 @@ def _show(console: Console, store: Store, reports: list[TickReport], truth) -> N
                   f"{'; '.join(why for _, why in BROKEN_LINES)}[/]")
     console.print(_hourly(store, truth))
     console.print(_breaches(store, truth))
+    console.print(_verdicts(store, truth))
+    for panel in _incidents(store):
+        console.print(panel)
     onset = pd.Timestamp(truth.onset)
     console.print(Panel(
         f"[bold]{truth.scenario}[/] — right verdict: [bold]{truth.verdict}[/]\n"
         f"onset {onset:%Y-%m-%d %H:%M} UTC: {truth.what_changed}\n"
         f"versions: {truth.model_versions}   affected: {truth.affected}\n"
-        f"expected findings: {', '.join(truth.expected_findings) or 'none'}\n"
-        "[dim]the verdict that weighs these findings (slower / worse / both / drift) lands with issue #6, "
-        "quality from delayed labels with issue #5.[/]",
+        f"expected findings: {', '.join(truth.expected_findings) or 'none'}",
         title="ground truth", expand=False))
+
+
+VERDICT_STYLE = {"healthy": "green", "slower": "red", "worse": "magenta", "both": "bold red", "drift": "yellow",
+                 "insufficient_data": "dim", "no_data": "dim"}
+
+
+def _verdicts(store: Store, truth) -> Table:
+    """The verdict of each 15-minute window, runs of the same verdict folded into one line."""
+    from storage.models import VerdictRow
+
+    with store.transaction() as session:
+        rows = session.query(VerdictRow).filter(VerdictRow.service == "churn").order_by(
+            VerdictRow.window_start, VerdictRow.model_version).all()
+        rows = [(r.window_start, r.window_end, r.model_version, r.verdict + (" (estimated)" if r.estimated else ""),
+                 r.summary) for r in rows if r.window_end - r.window_start == DEMO_WINDOW]
+    onset = pd.Timestamp(truth.onset).to_pydatetime()
+    table = Table(title="verdict per 15-minute window")
+    for col in ("from", "to", "version", "verdict", "why"):
+        table.add_column(col, no_wrap=col != "why")
+    runs: list[list] = []
+    for start, end, version, verdict, summary in rows:
+        last = next((r for r in reversed(runs) if r[2] == version), None)
+        if last is not None and last[3] == verdict and last[1] == start:
+            last[1] = end
+        else:
+            runs.append([start, end, version, verdict, summary])
+    for start, end, version, verdict, summary in sorted(runs, key=lambda r: (r[0], r[2])):
+        mark = " ◀" if start <= onset < end else ""
+        style = VERDICT_STYLE.get(verdict.split(" ")[0], "")
+        table.add_row(f"{start:%H:%M}{mark}", f"{end:%H:%M}", version, f"[{style}]{verdict}[/]",
+                      "" if verdict.startswith("healthy") else summary)
+    table.caption = "◀ the run holding the onset; 'why' is the verdict's own one-line summary"
+    return table
+
+
+def _incidents(store: Store) -> list[Panel]:
+    """Each incident as the Slack message on-call would get (the demo has no Slack: this is the outbox)."""
+    from monitor.notify.slack import render
+    from storage.models import Incident
+
+    with store.transaction() as session:
+        incidents = [{c.name: getattr(i, c.name) for c in Incident.__table__.columns}
+                     for i in session.query(Incident).filter(Incident.service == "churn").order_by(Incident.id)]
+    panels = []
+    for incident in incidents[:3]:
+        message = render(incident, "post", "open", None)
+        lines = []
+        for block in message.get("blocks", []):
+            text = block.get("text", {}).get("text") if isinstance(block.get("text"), dict) else None
+            if text:
+                lines.append(text)
+            for field in block.get("fields", []):
+                lines.append(field["text"].replace("\n", ": ", 1))
+        panels.append(Panel("\n".join(lines) or message.get("text", ""), expand=False,
+                            title=f"incident {incident['id']} ({incident['status']}): the Slack message"))
+    if not incidents:
+        panels.append(Panel("no incident opened: nothing would have been sent to Slack", expand=False))
+    return panels
 
 
 DEMO_WINDOW = timedelta(minutes=15)
