@@ -1,0 +1,313 @@
+"""The investigation commands: `tailwatch query ...`, `compare`, `report`, `explain`. Thin: each parses
+its options, calls monitor.query / monitor.investigate, and prints. Registered on the app by monitor.cli."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from monitor import query as q
+from monitor.investigate.output import FORMATS, emit, parse_labels, split_list, table, time_range
+
+out = Console()
+DEFAULT_RANGE = timedelta(hours=24)
+
+Service = Annotated[str | None, typer.Option("--service", "-s", help="Service name (default: the only one).")]
+Since = Annotated[str | None, typer.Option(help="Start (RFC 3339, UTC) or a duration before now (6h, 7d).")]
+Until = Annotated[str | None, typer.Option(help="End, exclusive (RFC 3339, UTC) or a duration before now.")]
+Version = Annotated[str | None, typer.Option("--version", "-v", help="Only this model version.")]
+Format = Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")]
+
+
+class _Ctx:
+    """What monitor.cli hands over: config loading, store opening and its one-line failure."""
+
+    load_config: Callable[[], Any]
+    open_store: Callable[[Any], Any]
+    fail: Callable[..., None]
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        _Ctx.fail(f"--format: one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+def _service(cfg, name: str | None):
+    if name is None:
+        if len(cfg.services) == 1:
+            return cfg.services[0]
+        _Ctx.fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
+    for svc in cfg.services:
+        if svc.name == name:
+            return svc
+    _Ctx.fail(f"--service: no service named {name!r}")
+
+
+def _setup(service: str | None, fmt: str):
+    _check_format(fmt)
+    cfg = _Ctx.load_config()
+    return cfg, _service(cfg, service), _Ctx.open_store(cfg)
+
+
+def _range(since, until, default=None):
+    try:
+        return time_range(since, until, default=default)
+    except ValueError as exc:
+        _Ctx.fail(str(exc))
+
+
+def _run(fn: Callable[[], Any]) -> Any:
+    """Call `fn`; a QueryError or ValueError becomes a one-line error."""
+    try:
+        return fn()
+    except (q.QueryError, ValueError) as exc:
+        _Ctx.fail(str(exc))
+
+
+query_app = typer.Typer(no_args_is_help=True, help="Query stored results (read-only): findings, metrics, ticks, "
+                        "quarantine, verdicts, incidents, SQL, and the raw logs.")
+
+
+@query_app.command("findings")
+def query_findings(
+    service: Service = None, since: Since = None, until: Until = None, version: Version = None,
+    check: Annotated[str | None, typer.Option(help="Only this check (latency, drift, ...).")] = None,
+    status: Annotated[str | None, typer.Option(help="ok, breach or insufficient.")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="key=value a finding's labels must hold; repeatable.")] = None,
+    segment: Annotated[str | None, typer.Option(help="'all' (all traffic), or a segment like 'Contract=Two year'.")] = None,
+    window: Annotated[str | None, typer.Option(help="Only windows of this length (15m, 1h).")] = None,
+    group_by: Annotated[str | None, typer.Option(help="Comma list of columns or label keys: check,stage,...")] = None,
+    fmt: Format = "table",
+) -> None:
+    """Check results per window: value, baseline, n, interval; or counts per group."""
+    from monitor.config import parse_duration
+
+    _, svc, store = _setup(service, fmt)
+    start, end = _range(since, until)
+    length = _run(lambda: parse_duration(window)) if window else None
+    frame = _run(lambda: q.findings(store, svc.name, since=start, until=end, model_version=version, check=check,
+                                    status=status, labels=_run(lambda: parse_labels(label)), segment=segment,
+                                    window=length))
+    if group_by:
+        emit(q.group_findings(frame, split_list(group_by)), fmt, out, title=f"findings of {svc.name} by {group_by}")
+        return
+    emit(frame, fmt, out, title=f"findings of {svc.name}", json_records=q.finding_records,
+         columns=["window_start", "window_end", "model_version", "check", "labels", "status", "value",
+                  "baseline", "n", "interval_low", "interval_high"])
+
+
+@query_app.command("metrics")
+def query_metrics(
+    service: Service = None, since: Since = None, until: Until = None, version: Version = None,
+    every: Annotated[str | None, typer.Option(help="One row per period of this length (1h); default: whole range.")] = None,
+    segment: Annotated[str, typer.Option(help="'all' (default), a segment like 'Contract=Two year', or '*'.")] = "all",
+    group_by: Annotated[str, typer.Option(help="Comma list of model_version, segment (may be empty).")] = "model_version",
+    fmt: Format = "table",
+) -> None:
+    """Requests, status rates, latency percentiles per stage, cache, signals: merged from the bucket partials."""
+    from monitor.config import parse_duration
+
+    _, svc, store = _setup(service, fmt)
+    start, end = _range(since, until, DEFAULT_RANGE)
+    step = _run(lambda: parse_duration(every)) if every else None
+    groups = split_list(group_by)
+    if segment == "*" and "segment" not in groups:
+        groups.append("segment")
+    frame = _run(lambda: q.metrics(store, svc.name, since=start, until=end, model_version=version,
+                                   segment="" if segment == "all" else segment, every=step, group_by=groups))
+    cols = ["period_start", *groups, "requests", "error_rate", "timeout_rate", "reject_rate", "cache_hit_rate",
+            "total_p50_ms", "total_p95_ms", "total_p99_ms"]
+    cols += sorted(c for c in frame.columns if c.endswith("_p99_ms") and c not in cols)
+    emit(frame, fmt, out, title=f"metrics of {svc.name}, {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC",
+         columns=cols, empty="no stored buckets in this range")
+
+
+@query_app.command("ticks")
+def query_ticks(
+    service: Service = None, since: Since = None, until: Until = None,
+    status: Annotated[str | None, typer.Option(help="ok, error or running.")] = None,
+    limit: Annotated[int, typer.Option(help="The newest this many.")] = 50,
+    fmt: Format = "table",
+) -> None:
+    """Ticks: when, how they ended, what they read."""
+    _, svc, store = _setup(service, fmt)
+    start, end = _range(since, until)
+    emit(q.ticks(store, svc.name, since=start, until=end, status=status, limit=limit), fmt, out,
+         title=f"ticks of {svc.name}")
+
+
+@query_app.command("quarantine")
+def query_quarantine(
+    service: Service = None, since: Since = None, until: Until = None,
+    reason: Annotated[str | None, typer.Option(help="Only this reason code.")] = None,
+    kind: Annotated[str | None, typer.Option(help="predictions, timings, labels or reference.")] = None,
+    group_by: Annotated[str | None, typer.Option(help="Comma list of reason, kind, source, tick_id.")] = None,
+    limit: Annotated[int, typer.Option(help="Rows shown without --group-by.")] = 200,
+    fmt: Format = "table",
+) -> None:
+    """Rows that broke the data contract, with where they came from and why."""
+    _, svc, store = _setup(service, fmt)
+    start, end = _range(since, until)
+    frame = _run(lambda: q.quarantine(store, svc.name, since=start, until=end, reason=reason, kind=kind,
+                                      group_by=split_list(group_by), limit=None if group_by else limit))
+    emit(frame, fmt, out, title=f"quarantine of {svc.name}")
+
+
+@query_app.command("verdicts")
+def query_verdicts(
+    service: Service = None, since: Since = None, until: Until = None, version: Version = None,
+    verdict: Annotated[str | None, typer.Option(help="slower, worse, both, drift, healthy, ...")] = None,
+    incident: Annotated[int | None, typer.Option(help="Only the verdicts of this incident.")] = None,
+    fmt: Format = "table",
+) -> None:
+    """Verdicts per window and model version, with their evidence."""
+    _, svc, store = _setup(service, fmt)
+    start, end = _range(since, until)
+    frame = _run(lambda: q.verdicts(store, svc.name, since=start, until=end, model_version=version,
+                                    verdict=verdict, incident_id=incident))
+    emit(frame, fmt, out, title=f"verdicts of {svc.name}", json_records=q.verdict_records,
+         columns=["window_start", "window_end", "model_version", "verdict", "estimated", "evidence",
+                  "incident_id"])
+
+
+@query_app.command("incidents")
+def query_incidents(
+    service: Service = None, since: Since = None, until: Until = None, version: Version = None,
+    status: Annotated[str | None, typer.Option(help="open or resolved.")] = None,
+    fmt: Format = "table",
+) -> None:
+    """Incidents: verdict, status, when opened and resolved."""
+    _, svc, store = _setup(service, fmt)
+    start, end = _range(since, until)
+    frame = _run(lambda: q.incidents(store, svc.name, since=start, until=end, model_version=version,
+                                     status=status))
+    emit(frame, fmt, out, title=f"incidents of {svc.name}",
+         columns=["id", "verdict", "status", "model_version", "opened_at", "resolved_at", "first_window_start",
+                  "last_window_end"])
+
+
+@query_app.command("sql")
+def query_sql(
+    statement: Annotated[str, typer.Argument(help="One SELECT (or WITH / VALUES / EXPLAIN) statement.")],
+    max_rows: Annotated[int, typer.Option(help="Refuse results longer than this.")] = q.SQL_MAX_ROWS,
+    fmt: Format = "table",
+) -> None:
+    """Run one read-only SQL statement on the store; writes, DDL and several statements are refused."""
+    _check_format(fmt)
+    store = _Ctx.open_store(_Ctx.load_config())
+    emit(_run(lambda: q.sql(store, statement, max_rows=max_rows)), fmt, out, title=None, empty="no rows")
+
+
+@query_app.command("logs")
+def query_logs(
+    service: Service = None, since: Since = None, until: Until = None, version: Version = None,
+    stage: Annotated[str | None, typer.Option(help="Rank by this stage's duration (default: total latency_ms).")] = None,
+    min_ms: Annotated[float | None, typer.Option(help="Only requests at least this slow (ms).")] = None,
+    top: Annotated[int, typer.Option(help="How many requests to list.")] = 20,
+    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
+    features: Annotated[bool, typer.Option("--features", help="Also show raw feature values.")] = False,
+    fmt: Format = "table",
+) -> None:
+    """The slowest requests in the raw logs, and which versions, replicas, segments they share."""
+    from monitor.investigate.logs import LogsError, drill
+
+    cfg, svc, _ = _setup(service, fmt)
+    start, end = _range(since, until, DEFAULT_RANGE)
+    try:
+        result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
+                       model_version=version, status=status, features=features)
+    except (LogsError, OSError) as exc:
+        _Ctx.fail(str(exc))
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"stage": stage, "min_ms": min_ms, "matched": result.matched,
+                                     "scanned": result.scanned, "requests": q.records(result.requests),
+                                     "aggregates": q.records(result.aggregates)}, indent=2) + "\n")
+        return
+    emit(result.requests, fmt, out, title=f"slowest {len(result.requests)} of {result.matched:,} matching requests "
+         f"({result.scanned:,} in range) by {stage or 'total latency'}")
+    if fmt == "table" and not result.aggregates.empty:
+        out.print(table(result.aggregates.head(15), "what the matching requests share (lift = share / share of all)"))
+
+
+def compare_cmd(
+    baseline: Annotated[str, typer.Option(help="The version in service now.")],
+    candidate: Annotated[str, typer.Option(help="The version under review.")],
+    service: Service = None, since: Since = None, until: Until = None, fmt: Format = "table",
+) -> None:
+    """Two model versions side by side over the same period, with the configured constraints pass / fail."""
+    from monitor.investigate.compare import compare
+    from monitor.profile import stored_profile
+
+    _, svc, store = _setup(service, fmt)
+    start, end = _range(since, until, DEFAULT_RANGE)
+    profile, _ = stored_profile(store, svc) if svc.reference is not None else (None, None)
+    result = _run(lambda: compare(store, svc, baseline, candidate, start, end, profile))
+    if fmt == "json":
+        sys.stdout.write(json.dumps({
+            "baseline": baseline, "candidate": candidate, "since": q.jsonable(start), "until": q.jsonable(end),
+            "metrics": q.records(result.table), "constraints": q.records(result.constraints),
+            "passed": result.passed}, indent=2) + "\n")
+    elif fmt == "csv":
+        emit(result.table, fmt, out)
+    else:
+        out.print(table(result.table.rename(columns={"baseline": baseline, "candidate": candidate}),
+                        f"{svc.name}: {baseline} vs {candidate}, {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"))
+        if len(result.constraints):
+            out.print(table(result.constraints, "hard constraints"))
+            out.print("[bold green]candidate passes every constraint[/]" if result.passed
+                      else "[bold red]candidate fails a constraint[/]")
+        else:
+            out.print("[dim]no constraints configured (services[].compare.constraints)[/]")
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def report_cmd(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML.")] = Path("report.html"),
+    incident: Annotated[int | None, typer.Option(help="Report on this incident's windows.")] = None,
+    service: Service = None, since: Since = None, until: Until = None,
+    evidently: Annotated[bool, typer.Option(help="Embed Evidently's drift report (needs the raw logs).")] = True,
+) -> None:
+    """Write a self-contained HTML report: latency per stage over time, quality, drift, Evidently."""
+    from monitor.investigate.report import build_report
+
+    cfg, svc, store = _setup(service, "table")
+    start, end = _range(since, until, None if incident is not None else DEFAULT_RANGE)
+    html = _run(lambda: build_report(store, svc, cfg.limits, since=start, until=end, incident_id=incident,
+                                     evidently=evidently))
+    output.write_text(html, encoding="utf-8")
+    out.print(f"wrote {output} ({len(html) / 1e6:.1f} MB)")
+
+
+def explain_cmd(
+    incident: Annotated[int, typer.Argument(help="The incident id (see `tailwatch query incidents`).")],
+    service: Service = None, fmt: Format = "table",
+) -> None:
+    """Explain an incident: verdict, evidence chain, stage latency before and during, what changed, next queries."""
+    from monitor.investigate.explain import explain, render
+
+    _, svc, store = _setup(service, fmt)
+    result = _run(lambda: explain(store, svc.name, incident))
+    if fmt == "json":
+        sys.stdout.write(json.dumps(q.jsonable(result.as_dict()), indent=2) + "\n")
+    else:
+        render(result, out)
+
+
+def register(app: typer.Typer, *, load_config: Callable[[], Any], open_store: Callable[[Any], Any],
+             fail: Callable[..., None]) -> None:
+    """Add query (a group), compare, report and explain to the `tailwatch` app."""
+    _Ctx.load_config, _Ctx.open_store, _Ctx.fail = load_config, open_store, fail
+    app.add_typer(query_app, name="query")
+    app.command("compare")(compare_cmd)
+    app.command("report")(report_cmd)
+    app.command("explain")(explain_cmd)
+
+

@@ -1,0 +1,349 @@
+"""`tailwatch explain INCIDENT`: the verdict, the evidence chain, the per-stage latency before and during,
+the affected fields, segments, classes and groups with n and interval, what changed, and the next queries.
+
+Read from the incident's stored verdicts and, beside them, from the findings and bucket partials of its
+windows: the explanation holds even where a verdict row carries no evidence (an SLO rule, no_data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.panel import Panel
+
+from monitor import query
+from monitor.investigate.output import table
+from storage.models import VersionSeen
+from storage.store import Store
+
+BEFORE = timedelta(hours=2)  # the "before" of the latency decomposition: this long before the first window
+CHANGE_LOOKBACK = timedelta(hours=6)  # versions first seen this long before the first window count as changes
+# Findings that say an input field moved (labels `field`), and those that say a model output moved.
+FIELD_CHECKS = ("drift", "missing_rate", "out_of_range", "unseen_categories", "length_distribution", "oov_rate")
+EVIDENCE_MAX = 12
+SLOWER_RATIO, SLOWER_MIN_MS = 1.2, 2.0  # total p95 during vs before from which "which stage" is asked
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What `explain` says about one incident. Tables are lists of plain dicts (JSON-ready).
+
+    named: the headline of each kind of cause — stage (largest share of the latency increase), fields,
+    segments, classes, groups, signals and versions that changed."""
+
+    incident: dict[str, Any]
+    verdict: str
+    summary: str
+    verdicts: dict[str, int]  # verdict -> windows
+    evidence: list[dict[str, Any]]
+    stages: list[dict[str, Any]]
+    affected: list[dict[str, Any]]
+    what_changed: list[dict[str, Any]]
+    next_queries: list[str]
+    named: dict[str, Any] = field(default_factory=dict)
+    window: tuple[datetime, datetime] | None = None
+    before: tuple[datetime, datetime] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def explain(store: Store, service: str, incident_id: int, now: datetime | None = None) -> Explanation:
+    """The explanation of incident `incident_id` of `service`; QueryError if there is no such incident."""
+    frame = query.incidents(store, service, incident_id=incident_id)
+    if frame.empty:
+        raise query.QueryError(f"no incident {incident_id} for service {service} "
+                               f"(see `tailwatch query incidents`)")
+    inc = frame.iloc[0].to_dict()
+    verdicts = query.verdicts(store, service, incident_id=incident_id)
+    first = _first(inc, verdicts)
+    last = _last(inc, verdicts, now)
+    version = inc.get("model_version") or (verdicts["model_version"].iloc[-1] if len(verdicts) else None)
+    if len(verdicts) == 0:
+        verdicts = query.verdicts(store, service, since=first, until=last, model_version=version)
+    findings = query.findings(store, service, since=first, until=last, model_version=version)
+    findings = findings[findings["window_end"] <= pd.Timestamp(last)]
+    breaches = findings[findings["status"] == "breach"]
+
+    stages, top_stage = _stages(store, service, version, first, last)
+    affected = _affected(breaches)
+    evidence = _evidence(verdicts, breaches)
+    changed = _what_changed(store, service, verdicts, first, last)
+    named = _named(top_stage, affected, evidence, changed, verdicts)
+    summary = next((s for s in reversed(verdicts["summary"].tolist()) if s), "") if "summary" in verdicts else ""
+    counts = verdicts["verdict"].value_counts().to_dict() if len(verdicts) else {}
+    incident = {k: query.jsonable(inc.get(k)) for k in query.INCIDENT_COLUMNS}
+    return Explanation(
+        incident=incident, verdict=str(inc["verdict"]), summary=summary or _fallback_summary(inc, named),
+        verdicts={str(k): int(v) for k, v in counts.items()}, evidence=evidence, stages=stages,
+        affected=affected, what_changed=changed,
+        next_queries=_next_queries(store, service, incident_id, version, first, last, named, stages, verdicts),
+        named=named, window=(first, last), before=(first - BEFORE, first))
+
+
+def _first(inc: dict, verdicts: pd.DataFrame) -> datetime:
+    for value in (inc.get("first_window_start"),
+                  verdicts["window_start"].min() if len(verdicts) else None, inc.get("opened_at")):
+        if value is not None and not pd.isna(value):
+            return pd.Timestamp(value).to_pydatetime()
+    raise query.QueryError("the incident has no window and no opening time")
+
+
+def _last(inc: dict, verdicts: pd.DataFrame, now: datetime | None) -> datetime:
+    for value in (inc.get("last_window_end"), verdicts["window_end"].max() if len(verdicts) else None,
+                  inc.get("resolved_at"), now):
+        if value is not None and not pd.isna(value):
+            return pd.Timestamp(value).to_pydatetime()
+    return pd.Timestamp.now(tz="UTC").to_pydatetime()
+
+
+def _stages(store: Store, service: str, version: str | None, first: datetime, last: datetime
+            ) -> tuple[list[dict[str, Any]], str | None]:
+    """p50 / p95 / p99 per stage before (every version: what served then) and during (the incident's
+    version), and each stage's share of the p95 increase (quantiles do not add: a pointer, not a split)."""
+    before = query.metrics(store, service, since=first - BEFORE, until=first, group_by=())
+    during = query.metrics(store, service, since=first, until=last, model_version=version, group_by=())
+    if before.empty or during.empty:
+        return [], None
+    b, d = before.iloc[0], during.iloc[0]
+    names = sorted({c.rsplit("_", 2)[0] for c in during.columns if c.endswith("_p95_ms")},
+                   key=lambda s: (s != "total", s))
+    rows = []
+    for stage in names:
+        row: dict[str, Any] = {"stage": stage}
+        for q in query.QUANTILES:
+            row[f"{q}_before"] = _num(b.get(f"{stage}_{q}_ms"))
+            row[f"{q}_during"] = _num(d.get(f"{stage}_{q}_ms"))
+        up = (row["p95_during"] or 0) - (row["p95_before"] or 0) if row["p95_before"] is not None else None
+        row["p95_change_ms"] = up
+        rows.append(row)
+    gains = {r["stage"]: max(r["p95_change_ms"] or 0, 0) for r in rows if r["stage"] != "total"}
+    total_gain = sum(gains.values())
+    for r in rows:
+        r["share_of_increase"] = round(gains[r["stage"]] / total_gain, 3) if r["stage"] in gains and total_gain else None
+    total = next((r for r in rows if r["stage"] == "total"), None)
+    slower = (total is not None and total["p95_before"] and total["p95_during"] is not None
+              and total["p95_during"] >= SLOWER_RATIO * total["p95_before"]
+              and total["p95_during"] - total["p95_before"] >= SLOWER_MIN_MS)
+    # A stage is named only when the whole request got slower: otherwise its share is a share of noise.
+    top = max(gains, key=gains.get) if total_gain > 0 and slower else None
+    rows.append({"stage": "(requests)", "p50_before": int(b["requests"]), "p50_during": int(d["requests"])})
+    return rows, top
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _affected(breaches: pd.DataFrame) -> list[dict[str, Any]]:
+    """Breaching findings that point at a part of the traffic or of the input: segment, class, group,
+    field or signal, with the windows that breached, the largest n and the latest value and interval."""
+    out: dict[tuple, dict[str, Any]] = {}
+    rows = breaches.sort_values("window_start").to_dict("records")
+    # A segment whose finding also breached for all traffic in that window says nothing of its own.
+    whole = {(r["check"], r["window_start"], r["window_end"], tuple(sorted((r["labels"] or {}).items())))
+             for r in rows if "segment" not in (r["labels"] or {})}
+    for row in rows:
+        labels = row["labels"] or {}
+        kinds = [k for k in ("segment", "group", "class", "field", "signal", "output") if k in labels]
+        if not kinds or (row["check"] == "latency" and ("segment" not in labels or "length" in labels)):
+            continue
+        if "segment" in labels:
+            rest = tuple(sorted((k, v) for k, v in labels.items() if k != "segment"))
+            if (row["check"], row["window_start"], row["window_end"], rest) in whole:
+                continue
+        key = (row["check"], tuple(sorted(labels.items())))
+        entry = out.setdefault(key, {"check": row["check"], "labels": dict(labels), "windows": 0, "n": 0})
+        entry["windows"] += 1
+        entry["n"] = max(entry["n"], int(row["n"] or 0))
+        entry.update(value=_num(row["value"]), baseline=_num(row["baseline"]),
+                     interval=None if pd.isna(row["interval_low"]) else [row["interval_low"], row["interval_high"]])
+    return sorted(out.values(), key=lambda e: (-e["windows"], -e["n"]))
+
+
+def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, Any]]:
+    """The verdicts' evidence (each distinct check and labels once, with the windows citing it), else the
+    breaching findings of the incident's windows, most frequent first."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for items in (verdicts["evidence"] if len(verdicts) else []):
+        for e in items or []:
+            key = (e.get("check"), tuple(sorted((e.get("labels") or {}).items())))
+            entry = out.setdefault(key, {**e, "windows": 0})
+            entry["windows"] += 1
+    if not out:
+        for row in breaches.to_dict("records"):
+            key = (row["check"], tuple(sorted((row["labels"] or {}).items())))
+            entry = out.setdefault(key, {"check": row["check"], "labels": row["labels"] or {}, "windows": 0})
+            entry["windows"] += 1
+            entry.update(value=_num(row["value"]), baseline=_num(row["baseline"]), n=int(row["n"] or 0),
+                         interval_low=_num(row["interval_low"]), interval_high=_num(row["interval_high"]),
+                         status="breach")
+    ranked = list(out.values())
+    if not len(verdicts) or not any(verdicts["evidence"].map(bool)):
+        ranked.sort(key=lambda e: (-e["windows"], -(e.get("n") or 0)))
+    return ranked[:EVIDENCE_MAX]
+
+
+def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: datetime, last: datetime
+                  ) -> list[dict[str, Any]]:
+    """The verdicts' what_changed, versions (model, preprocessing, config...) first seen from
+    CHANGE_LOOKBACK before the incident to its end, and the cache hit rate and model versions before vs during."""
+    out: list[dict[str, Any]] = []
+    seen = set()
+    for items in (verdicts["what_changed"] if len(verdicts) else []):
+        for c in items or []:
+            key = (c.get("kind"), c.get("value"))
+            if key not in seen:
+                seen.add(key)
+                out.append(dict(c))
+    if query.table_exists(VersionSeen.__tablename__):
+        from sqlalchemy import select
+
+        with store.transaction() as session:
+            firsts = session.execute(select(VersionSeen.kind, VersionSeen.value, VersionSeen.first_seen)
+                                     .where(VersionSeen.service == service).order_by(VersionSeen.first_seen)).all()
+        earliest: dict[str, datetime] = {}
+        for kind, value, when in firsts:
+            earliest.setdefault(kind, when)
+            if when == earliest[kind] or not (first - CHANGE_LOOKBACK <= when < last) or (kind, value) in seen:
+                continue
+            seen.add((kind, value))
+            out.append({"kind": kind, "value": value, "first_seen": query.jsonable(when),
+                        "text": f"{kind} {value} first seen {when:%Y-%m-%d %H:%M} UTC"})
+    before = query.metrics(store, service, since=first - BEFORE, until=first)
+    during = query.metrics(store, service, since=first, until=last)
+    versions_before, versions_during = set(before.get("model_version", [])), set(during.get("model_version", []))
+    for v in sorted(versions_during - versions_before):
+        if ("model_version", v) not in seen and versions_before:
+            out.append({"kind": "model_version", "value": v,
+                        "text": f"model version {v} serves during the incident, not before "
+                                f"({', '.join(sorted(versions_before))} did)"})
+    hit_b = _rate(before, "cache_hit_rate")
+    hit_d = _rate(during, "cache_hit_rate")
+    if hit_b is not None and hit_d is not None and abs(hit_d - hit_b) >= 0.05:
+        out.append({"kind": "cache", "value": round(hit_d, 3), "before": round(hit_b, 3),
+                    "text": f"cache hit rate {hit_b:.1%} before, {hit_d:.1%} during"})
+    return out
+
+
+def _rate(frame: pd.DataFrame, column: str) -> float | None:
+    """A request-weighted rate over the rows of a metrics frame (None when absent)."""
+    if frame.empty or column not in frame:
+        return None
+    rows = frame.dropna(subset=[column])
+    if rows.empty:
+        return None
+    weights = rows["requests"].astype(float)
+    return float((rows[column] * weights).sum() / weights.sum())
+
+
+def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], changed: list[dict],
+           verdicts: pd.DataFrame) -> dict[str, Any]:
+    """The headline of each kind of cause, most cited first."""
+    stage = top_stage
+    for verdict, items in (zip(verdicts["verdict"], verdicts["attribution"], strict=True) if len(verdicts) else []):
+        stages = (items or {}).get("stages") or {}
+        if stages and verdict in ("slower", "both"):
+            stage = next(iter(stages))  # the verdict's own attribution, at its breaching quantile
+    labelled = affected + [e for e in evidence if e.get("check") != "latency"]
+    cache = any(e.get("check") in ("cache_hit_rate", "stale_cache") for e in evidence + affected) or any(
+        c.get("kind") == "cache" for c in changed)
+
+    def values(key: str) -> list[str]:
+        out: list[str] = []
+        for item in labelled:
+            value = (item.get("labels") or {}).get(key)
+            if value is not None and str(value) not in out:
+                out.append(str(value))
+        return out
+
+    return {"stage": stage, "fields": values("field") + ["cache_hit"] * cache, "segments": values("segment"),
+            "classes": values("class"), "groups": values("group"), "signals": values("signal"),
+            "outputs": values("output"),
+            "versions": [str(c["value"]) for c in changed if c.get("kind") == "model_version"],
+            "changed": [c.get("text", "") for c in changed]}
+
+
+def _fallback_summary(inc: dict, named: dict) -> str:
+    parts = [str(inc.get("verdict"))]
+    if named.get("stage"):
+        parts.append(f"stage {named['stage']}")
+    for key in ("fields", "segments", "classes", "groups"):
+        if named.get(key):
+            parts.append(f"{key[:-1]} {', '.join(named[key][:3])}")
+    return "; ".join(parts)
+
+
+def _previous_version(store: Store, service: str, first: datetime) -> str | None:
+    """The model version that served most requests in the BEFORE span (what to compare with)."""
+    before = query.metrics(store, service, since=first - BEFORE, until=first)
+    return None if before.empty else str(before.sort_values("requests", ascending=False)["model_version"].iloc[0])
+
+
+def _next_queries(store: Store, service: str, incident_id: int, version: str | None, first: datetime, last: datetime,
+                  named: dict, stages: list[dict], verdicts: pd.DataFrame) -> list[str]:
+    """Commands to run next, filled in with this incident's range, version, stage and fields."""
+    t0, t1 = f"{first:%Y-%m-%dT%H:%MZ}", f"{last:%Y-%m-%dT%H:%MZ}"
+    span = f"--since {t0} --until {t1}"
+    out = []
+    stage = named.get("stage")
+    if stage:
+        p95 = next((r.get("p95_during") for r in stages if r.get("stage") == stage), None)
+        floor = f" --min-ms {p95:.3g}" if p95 else ""
+        out.append(f"tailwatch query logs -s {service} {span} --stage {stage}{floor} --top 20")
+        out.append(f"tailwatch query findings -s {service} {span} --check latency --label stage={stage}")
+    else:
+        out.append(f"tailwatch query logs -s {service} {span} --top 20")
+    for f in named.get("fields", [])[:2]:
+        out.append(f"tailwatch query findings -s {service} {span} --label field={f}")
+    for seg in named.get("segments", [])[:2]:
+        out.append(f"tailwatch query metrics -s {service} {span} --segment '{seg}' --every 15m")
+    out.append(f"tailwatch query metrics -s {service} --since {(first - BEFORE):%Y-%m-%dT%H:%MZ} --until {t1} "
+               f"--every 15m")
+    rollback = next((r for r in (verdicts["rollback_to"] if len(verdicts) else []) if r), None)
+    previous = rollback or _previous_version(store, service, first)
+    if version and previous and previous != version:
+        out.append(f"tailwatch compare -s {service} --baseline {previous} --candidate {version} {span}")
+    out.append(f"tailwatch query findings -s {service} {span} --status breach --group-by check,model_version")
+    out.append(f"tailwatch report -s {service} --incident {incident_id} -o incident-{incident_id}.html")
+    return out
+
+
+def render(result: Explanation, console: Console) -> None:
+    """The explanation as panels and tables a person reads top to bottom."""
+    inc = result.incident
+    named = result.named
+    lines = [f"[bold]{result.verdict}[/] — {result.summary}",
+             f"incident {inc['id']} ({inc['status']}), model version {inc.get('model_version') or '-'}, "
+             f"windows {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC",
+             "verdicts of its windows: " + (", ".join(f"{k} x{v}" for k, v in result.verdicts.items()) or "none stored")]
+    pointers = [f"stage [bold]{named['stage']}[/]"] if named.get("stage") else []
+    pointers += [f"{k[:-1]} [bold]{', '.join(named[k][:4])}[/]"
+                 for k in ("fields", "segments", "classes", "groups", "signals", "outputs", "versions") if named.get(k)]
+    if pointers:
+        lines.append("points at: " + "; ".join(pointers))
+    console.print(Panel("\n".join(lines), title=f"incident {inc['id']}", expand=False))
+    if result.evidence:
+        console.print(table(pd.DataFrame(result.evidence), "evidence chain (most telling first)",
+                            ["check", "labels", "value", "baseline", "n", "interval_low", "interval_high",
+                             "share", "windows"]))
+    if result.stages:
+        console.print(table(pd.DataFrame(result.stages),
+                            f"latency per stage (ms): before = {result.before[0]:%H:%M}-{result.before[1]:%H:%M}, "
+                            "during = the incident's windows",
+                            ["stage", "p50_before", "p50_during", "p95_before", "p95_during", "p99_before",
+                             "p99_during", "p95_change_ms", "share_of_increase"]))
+    if result.affected:
+        console.print(table(pd.DataFrame(result.affected), "affected segments, classes, groups and fields",
+                            ["check", "labels", "value", "baseline", "n", "interval", "windows"]))
+    if result.what_changed:
+        console.print("[bold]what changed[/]")
+        for c in result.what_changed:
+            console.print(f"  - {c.get('text') or c}")
+    console.print("[bold]next queries[/]")
+    for line in result.next_queries:
+        console.print(f"  $ {line}", highlight=False, markup=False)

@@ -1,0 +1,144 @@
+"""Raw-log drill-down: the slowest (or most affected) requests of a time range, read from the service's
+configured source files with the ingest's own readers and contract checks, filtered in Arrow/pandas.
+
+Output holds request ids and aggregates; raw feature values only when asked for (`features=True`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from monitor.config import FileSource, Limits, Schema, Service
+from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
+from monitor.sources import LINE, open_source
+from monitor.validate import validate
+
+# Prediction fields that say where a request went and under which versions: what "most affected" is cut by.
+DIMENSIONS = ("model_version", "status", "replica", "route", "expert", "config_hash", "preprocess_version",
+              "cache_hit", "cache_version")
+# Beyond the contract's own: what a drill-down row shows (never a feature value unless asked).
+SHOWN = ("request_id", "ts", "model_version", "status", "latency_ms") + tuple(
+    c for c in NUMERIC_OPTIONAL + STRING_OPTIONAL + BOOL_OPTIONAL if c not in ("prediction", "threshold"))
+
+
+class LogsError(ValueError):
+    """A drill-down that cannot run as asked (no file source, unknown stage...)."""
+
+
+@dataclass(frozen=True)
+class Drill:
+    """The drill-down's answer: `requests` (the top rows, slowest first), `aggregates` (per dimension
+    value: matching requests, their share, the share of all requests in range, lift), and counts."""
+
+    requests: pd.DataFrame
+    aggregates: pd.DataFrame
+    matched: int  # requests matching the filters
+    scanned: int  # requests in the time range
+    stage: str | None
+    min_ms: float | None
+
+
+def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limits,
+          columns: set[str] | None, now: datetime, keep=None) -> pd.DataFrame:
+    """Every valid row of a file source, typed by the contract; `keep(table)` filters in Arrow first."""
+    if not isinstance(source_cfg, FileSource):
+        raise LogsError(f"{name}: drill-down reads file sources; this one is {source_cfg.kind}")
+    frames = []
+    for batch in open_source(name, source_cfg, limits).read({}):
+        for raw in (batch.table, batch.frame):
+            if raw is None or (isinstance(raw, pd.DataFrame) and raw.empty):
+                continue
+            if isinstance(raw, pd.DataFrame):
+                raw = pa.Table.from_pandas(raw, preserve_index=False) if LINE in raw else None
+                if raw is None:
+                    continue
+            if columns is not None:
+                raw = raw.select([c for c in raw.column_names if c in columns or c == LINE])
+            if keep is not None:
+                raw = raw.filter(keep(raw))
+            if raw.num_rows:
+                accepted, _ = validate(kind, raw, batch.file, schema, limits, now)
+                frames.append(accepted.drop(columns=[LINE]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def drill(service: Service, limits: Limits, *, since: datetime, until: datetime, stage: str | None = None,
+          min_ms: float | None = None, top: int = 20, model_version: str | None = None,
+          status: str | None = None, features: bool = False, now: datetime | None = None) -> Drill:
+    """The `top` requests with ts in [since, until) ranked by the duration of `stage` (ms; None: total
+    latency_ms), keeping those at or above `min_ms`; and how the matching requests split by dimension."""
+    now = now or datetime.now(UTC)
+    schema = service.schema_
+    shown_schema = schema if features else Schema(segments=schema.segments, signals=schema.signals)
+    wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | (set(schema.features) if features else set())
+    preds = _read(service.sources.predictions, f"{service.name}/predictions", RecordKind.predictions,
+                  shown_schema, limits, wanted, now)
+    if preds.empty:
+        return _empty(stage, min_ms)
+    ts = preds["ts"]
+    inside = (ts >= pd.Timestamp(since)) & (ts < pd.Timestamp(until))
+    if model_version is not None:
+        inside &= preds["model_version"].astype(str) == model_version
+    if status is not None:
+        inside &= preds["status"].astype(str) == status
+    preds = preds[inside.to_numpy()].reset_index(drop=True)
+    if preds.empty:
+        return _empty(stage, min_ms)
+    if stage is None:
+        if "latency_ms" not in preds:
+            raise LogsError("the predictions carry no latency_ms; give --stage to rank by a stage timing")
+        measure = "latency_ms"
+        rows = preds.dropna(subset=["latency_ms"])
+    else:
+        if service.sources.timings is None:
+            raise LogsError(f"service {service.name} has no timings source; --stage needs one")
+        if service.sources.timings.format == "otlp":
+            raise LogsError("drill-down by stage reads timing rows (JSONL, CSV, Parquet), not OTLP spans")
+        timings = _read(service.sources.timings, f"{service.name}/timings", RecordKind.timings, schema, limits,
+                        {"request_id", "stage", "duration_ms"}, now,
+                        keep=lambda t: pc.fill_null(pc.equal(pc.cast(t["stage"], pa.string()), stage), False)
+                        if "stage" in t.column_names else pa.array([False] * t.num_rows))
+        if timings.empty:
+            raise LogsError(f"no timing rows of stage {stage!r} in {service.sources.timings.path}")
+        timings = timings.drop_duplicates(["request_id", "stage"], keep="first")  # as the join keeps them
+        measure = f"{stage}_ms"
+        timings = timings.rename(columns={"duration_ms": measure})[["request_id", measure]]
+        rows = preds.merge(timings.astype({"request_id": object}),
+                           left_on=preds["request_id"].astype(object), right_on="request_id",
+                           how="inner", suffixes=("", "_t"))
+        rows = rows.drop(columns=[c for c in rows.columns if c.endswith("_t") or c == "key_0"])
+    if min_ms is not None:
+        rows = rows[rows[measure] >= min_ms]
+    ranked = rows.sort_values([measure, "request_id"], ascending=[False, True], kind="stable")
+    first = ["request_id", "ts", "model_version", "status", measure]
+    rest = [c for c in ranked.columns if c not in first]
+    top_rows = ranked.head(top)[first + rest].reset_index(drop=True)
+    return Drill(top_rows, _aggregates(ranked, preds, schema), len(ranked), len(preds), stage, min_ms)
+
+
+def _aggregates(matched: pd.DataFrame, everyone: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+    """Per dimension value: matching requests, their share among matches and among all requests, lift."""
+    rows = []
+    for dim in [*DIMENSIONS, *schema.segments]:
+        if dim not in everyone or dim not in matched:
+            continue
+        all_counts = everyone[dim].astype(str).value_counts()
+        hit_counts = matched[dim].astype(str).value_counts()
+        for value, k in hit_counts.items():
+            share = k / len(matched)
+            base = all_counts.get(value, 0) / len(everyone)
+            rows.append({"dimension": dim, "value": value, "requests": int(k), "share": share,
+                         "share_of_all": base, "lift": share / base if base else None})
+    frame = pd.DataFrame(rows, columns=["dimension", "value", "requests", "share", "share_of_all", "lift"])
+    return frame.sort_values(["lift", "requests"], ascending=False, kind="stable", ignore_index=True)
+
+
+def _empty(stage: str | None, min_ms: float | None) -> Drill:
+    return Drill(pd.DataFrame(columns=["request_id", "ts", "model_version", "status"]),
+                 pd.DataFrame(columns=["dimension", "value", "requests", "share", "share_of_all", "lift"]),
+                 0, 0, stage, min_ms)

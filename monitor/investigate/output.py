@@ -1,0 +1,116 @@
+"""Printing query results: a rich table for people, CSV or JSON (the stable shapes of docs/investigate.md)
+for scripts; and the time and filter arguments the investigation commands share."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from monitor.config import parse_duration
+from monitor.query import jsonable, records
+
+FORMATS = ("table", "csv", "json")
+MAX_CELL = 60
+
+
+def parse_time(value: str | None, now: datetime, what: str) -> datetime | None:
+    """RFC 3339 (naive means UTC), or a duration (`2h`, `30m`, `7d`) meaning that long before `now`."""
+    if value is None:
+        return None
+    try:
+        return now - parse_duration(value)
+    except ValueError:
+        pass
+    try:
+        ts = pd.Timestamp(value)
+    except ValueError:
+        raise ValueError(f"{what}: not a time or a duration: {value!r} (e.g. 2026-11-02T12:00:00Z or 6h)") from None
+    return (ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")).to_pydatetime()
+
+
+def time_range(since: str | None, until: str | None, now: datetime | None = None,
+               default: timedelta | None = None) -> tuple[datetime | None, datetime | None]:
+    """[since, until) from the command line; with `default`, a missing since is until - default and a
+    missing until is now."""
+    now = now or datetime.now(UTC)
+    start, end = parse_time(since, now, "--since"), parse_time(until, now, "--until")
+    if default is not None:
+        end = end or now
+        start = start or end - default
+    if start is not None and end is not None and start >= end:
+        raise ValueError(f"--since {start.isoformat()} is not before --until {end.isoformat()}")
+    return start, end
+
+
+def parse_labels(values: list[str] | None) -> dict[str, str]:
+    """`--label stage=batch_wait --label quantile=p99` -> {"stage": "batch_wait", "quantile": "p99"}."""
+    out = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label: use key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def split_list(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def cell(value: Any) -> str:
+    """A value as a short table cell: 4 significant digits, ISO times, labels as k=v."""
+    if isinstance(value, pd.Timestamp | datetime) and not pd.isna(value):
+        ts = pd.Timestamp(value).tz_convert("UTC")
+        return f"{ts:%Y-%m-%d %H:%M}" if ts.second == 0 and ts.microsecond == 0 else f"{ts:%Y-%m-%d %H:%M:%S.%f}"[:-3]
+    value = jsonable(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        text = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+    elif isinstance(value, list):
+        text = json.dumps(value, separators=(",", ":"), default=str)
+    else:
+        text = str(value)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | None = None) -> Table:
+    out = Table(title=title, show_lines=False)
+    names = [c for c in (columns or list(frame.columns)) if c in frame.columns]
+    # A column with no value in any row only takes width from the ones that say something.
+    names = [c for c in names if not frame[c].map(lambda v: not isinstance(v, dict | list | tuple)
+                                                  and bool(pd.isna(v))).all()]
+    for name in names:
+        numeric = pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
+        out.add_column(str(name), justify="right" if numeric else "left", overflow="fold")
+    for row in frame[names].itertuples(index=False):
+        out.add_row(*(cell(v) for v in row))
+    return out
+
+
+def emit(frame: pd.DataFrame, fmt: str, console: Console, *, title: str | None = None,
+         json_records: Callable[[pd.DataFrame], list[dict]] = records, columns: list[str] | None = None,
+         empty: str = "nothing matched") -> None:
+    """Print `frame` as a table (with `columns` first), CSV (every column) or JSON (`json_records`)."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(json_records(frame), indent=2, ensure_ascii=False) + "\n")
+    elif fmt == "csv":
+        flat = frame.copy()
+        for name in flat.columns:
+            if flat[name].dtype == object:
+                flat[name] = [json.dumps(jsonable(v), sort_keys=True) if isinstance(v, dict | list) else v
+                              for v in flat[name]]
+        sys.stdout.write(flat.to_csv(index=False))
+    elif frame.empty:
+        console.print(f"[dim]{empty}[/]")
+    else:
+        console.print(table(frame, title, columns))

@@ -1,0 +1,495 @@
+"""Read-only queries over stored results, as pandas DataFrames (for notebooks; the CLI prints them).
+
+Every filter is a bound parameter or a SQLAlchemy expression: no SQL text is built from user input.
+Times are UTC-aware; a range [since, until) selects by window start (findings, verdicts), bucket start
+(metrics), the tick's clock (ticks), the quarantine time, or the incident's opening.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import pandas as pd
+from sqlalchemy import func, select
+
+from monitor.frame import STAGE_PREFIX
+from monitor.partials import ALL, LATENCY, Partial, merge_all
+from storage import models
+from storage.models import BucketPartial, FindingRow, QuarantineRow, Tick, dumps
+from storage.store import Store, utc
+
+QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+SIGNAL_PREFIX = "signal:"
+FINDING_COLUMNS = ("id", "check", "status", "window_start", "window_end", "model_version", "labels", "value",
+                   "baseline", "effect", "n", "interval_low", "interval_high", "p_value", "detail")
+SQL_MAX_ROWS = 10_000
+SQL_TIMEOUT_S = 30
+# First words of the statements `sql` accepts; the read-only connection is what enforces it.
+READ_ONLY_VERBS = ("select", "with", "values", "explain", "table", "show")
+
+
+class QueryError(ValueError):
+    """A query that cannot run as asked; the message says what to change."""
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def _range(column, since: datetime | None, until: datetime | None) -> list:
+    out = []
+    if since is not None:
+        out.append(column >= utc(since))
+    if until is not None:
+        out.append(column < utc(until))
+    return out
+
+
+def _label_filters(column, labels: dict[str, Any] | None) -> list:
+    """LIKE filters on the canonical labels JSON (`"key":"value"`, escaped); exact match is re-checked."""
+    return [column.contains(dumps({k: v})[1:-1], autoescape=True) for k, v in (labels or {}).items()]
+
+
+def _has_labels(row_labels: dict | None, wanted: dict[str, Any] | None) -> bool:
+    row_labels = row_labels or {}
+    return all(k in row_labels and str(row_labels[k]) == str(v) for k, v in (wanted or {}).items())
+
+
+def _segment_ok(row_labels: dict | None, segment: str | None) -> bool:
+    """segment None: any; '' or 'all': all traffic only (no segment label); else that segment."""
+    if segment is None:
+        return True
+    own = (row_labels or {}).get("segment")
+    return own is None if segment in ("", "all") else own == segment
+
+
+def table_exists(name: str) -> bool:
+    """Whether this tailwatch's models define table `name` (later stages add theirs)."""
+    return name in models.Base.metadata.tables
+
+
+# -- findings -------------------------------------------------------------------------------------
+
+def findings(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
+             model_version: str | None = None, check: str | None = None, status: str | None = None,
+             labels: dict[str, Any] | None = None, segment: str | None = None,
+             window: timedelta | None = None, detail: bool = False) -> pd.DataFrame:
+    """Stored findings with window_start in [since, until), oldest first; columns FINDING_COLUMNS.
+
+    `labels`: every key must hold that value; `segment`: '' / 'all' for all traffic, a segment label
+    such as 'Contract=Two year', or None for both; `window`: only windows of that length; `detail`: also
+    read each finding's detail document (histograms and the like: the costly part), else it is None."""
+    names = [n for n in FINDING_COLUMNS if n != "detail" or detail]
+    # Columns, not ORM objects: a month of findings is a million rows and the detail JSON is the bulk.
+    query = select(*(getattr(FindingRow, n) for n in names)).where(
+        FindingRow.service == service, *_range(FindingRow.window_start, since, until),
+        *_label_filters(FindingRow.labels_key, labels))
+    if model_version is not None:
+        query = query.where(FindingRow.model_version == model_version)
+    if check is not None:
+        query = query.where(FindingRow.check == check)
+    if status is not None:
+        query = query.where(FindingRow.status == status)
+    query = query.order_by(FindingRow.window_start, FindingRow.window_end, FindingRow.check,
+                           FindingRow.model_version, FindingRow.labels_key)
+    rows = []
+    with store.transaction() as session:
+        for values in session.execute(query):
+            row = dict(zip(names, values, strict=True))
+            if not _has_labels(row["labels"], labels) or not _segment_ok(row["labels"], segment):
+                continue
+            if window is not None and row["window_end"] - row["window_start"] != window:
+                continue
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=names)
+    if not detail:
+        frame["detail"] = None
+    return _utc_columns(frame[list(FINDING_COLUMNS)], ("window_start", "window_end"))
+
+
+def group_findings(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Findings counted per group: `by` names finding columns or label keys (`stage`, `segment`...).
+
+    Columns: the group keys, windows, breaches, insufficient, first_window, last_window, max_value."""
+    if frame.empty:
+        return pd.DataFrame(columns=[*by, "windows", "breaches", "insufficient", "first_window",
+                                     "last_window", "max_value"])
+    keyed = frame.copy()
+    for key in by:
+        if key not in keyed.columns:
+            keyed[key] = [str((lab or {}).get(key, "")) for lab in keyed["labels"]]
+        elif key == "labels":
+            keyed[key] = [",".join(f"{k}={v}" for k, v in sorted((lab or {}).items())) for lab in keyed[key]]
+    grouped = keyed.groupby(list(by), dropna=False, sort=True)
+    out = grouped.agg(windows=("status", "size"),
+                      breaches=("status", lambda s: int((s == "breach").sum())),
+                      insufficient=("status", lambda s: int((s == "insufficient").sum())),
+                      first_window=("window_start", "min"), last_window=("window_start", "max"),
+                      max_value=("value", "max"))
+    return out.reset_index().sort_values(["breaches", "windows"], ascending=False, kind="stable",
+                                         ignore_index=True)
+
+
+# -- metrics from the bucket partials ---------------------------------------------------------------
+
+def metrics(store: Store, service: str, *, since: datetime, until: datetime, model_version: str | None = None,
+            segment: str = ALL, every: timedelta | None = None,
+            group_by: Sequence[str] = ("model_version",), bucket_seconds: int | None = None) -> pd.DataFrame:
+    """Per period of `every` (None: the whole range) and group, the merged bucket partials as columns:
+    requests, status counts and rates, latency quantiles in ms (total and per stage), cache hit rate,
+    mean and p95 of each service signal. `segment`: '' (or 'all') all traffic, a segment label, or '*'
+    every segment but all traffic; `group_by` picks among model_version and segment."""
+    unknown = set(group_by) - {"model_version", "segment"}
+    if unknown:
+        raise QueryError(f"metrics group by: unknown {sorted(unknown)}; use model_version and/or segment")
+    groups = merged_partials(store, service, since=since, until=until, model_version=model_version,
+                             segment=segment, every=every, group_by=group_by, bucket_seconds=bucket_seconds)
+    rows = [{**key, **partial_metrics(part)} for key, part in groups]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=["period_start", *group_by, "requests"])
+    return _utc_columns(frame, ("period_start",))
+
+
+def merged_partials(store: Store, service: str, *, since: datetime, until: datetime,
+                    model_version: str | None = None, segment: str | None = ALL,
+                    every: timedelta | None = None, group_by: Sequence[str] = ("model_version",),
+                    bucket_seconds: int | None = None) -> list[tuple[dict[str, Any], Partial]]:
+    """The stored partials in [since, until) merged per (period of `every`, group); keys hold period_start
+    (since when `every` is None) and the `group_by` columns. Sorted by key."""
+    since, until = utc(since), utc(until)
+    query = select(BucketPartial.model_version, BucketPartial.bucket_start, BucketPartial.bucket_seconds,
+                   BucketPartial.segment, BucketPartial.payload).where(
+        BucketPartial.service == service, *_range(BucketPartial.bucket_start, since, until))
+    if model_version is not None:
+        query = query.where(BucketPartial.model_version == model_version)
+    if segment == "*":
+        query = query.where(BucketPartial.segment != ALL)
+    elif segment is not None:
+        query = query.where(BucketPartial.segment == (ALL if segment == "all" else segment))
+    if bucket_seconds is not None:
+        query = query.where(BucketPartial.bucket_seconds == bucket_seconds)
+    with store.transaction() as session:
+        sizes = session.scalars(select(func.distinct(BucketPartial.bucket_seconds)).where(
+            BucketPartial.service == service, *_range(BucketPartial.bucket_start, since, until))).all()
+        if bucket_seconds is None and len(sizes) > 1:
+            # Buckets of two sizes overlap in time: merging both would count every row twice.
+            raise QueryError(f"partials of several bucket sizes are stored ({sorted(sizes)} s); pick one")
+        rows = session.execute(query).all()
+    step = every.total_seconds() if every is not None else None
+    if step is not None and step <= 0:
+        raise QueryError(f"every must be positive, got {every}")
+    parts: dict[tuple, list[Partial]] = defaultdict(list)
+    for version, start, _size, seg, payload in rows:
+        start = utc(start)
+        if step is None:
+            period = since
+        else:
+            period = start - timedelta(seconds=(start - since).total_seconds() % step)
+        key = (period,) + tuple(version if g == "model_version" else seg for g in group_by)
+        parts[key].append(Partial.from_bytes(payload))
+    out = []
+    for key in sorted(parts):
+        named = {"period_start": key[0], **dict(zip(group_by, key[1:], strict=True))}
+        out.append((named, merge_all(parts[key])))
+    return out
+
+
+def partial_metrics(part: Partial) -> dict[str, Any]:
+    """What a merged partial says about service health: counts, rates (0..1), quantiles (ms), signals."""
+    c = part.counts
+    n = part.rows
+    out: dict[str, Any] = {"requests": n}
+    for status in ("ok", "timeout", "rejected", "error"):
+        out[status] = c[f"status:{status}"]
+    for name, key in (("error_rate", "status:error"), ("timeout_rate", "status:timeout"),
+                      ("reject_rate", "status:rejected")):
+        out[name] = c[key] / n if n else None
+    lookups = c["cache:hit"] + c["cache:miss"]
+    out["cache_hit_rate"] = c["cache:hit"] / lookups if lookups else None
+    for key in sorted(part.sketches):
+        sketch = part.sketches[key]
+        if key == LATENCY or key.startswith(STAGE_PREFIX):
+            stage = "total" if key == LATENCY else key.removeprefix(STAGE_PREFIX)
+            for label, q in QUANTILES.items():
+                out[f"{stage}_{label}_ms"] = sketch.quantile(q)
+        elif key.startswith(SIGNAL_PREFIX):
+            name = key.removeprefix(SIGNAL_PREFIX)
+            out[f"{name}_mean"] = sketch.mean
+            out[f"{name}_p95"] = sketch.quantile(0.95)
+    return out
+
+
+# -- ticks and quarantine -------------------------------------------------------------------------
+
+TICK_COLUMNS = ("id", "now", "started_at", "finished_at", "status", "rows_read", "accepted", "quarantined",
+                "joined", "unmatched", "duplicates", "findings", "seconds", "error")
+
+
+def ticks(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
+          status: str | None = None, limit: int | None = None) -> pd.DataFrame:
+    """Ticks whose clock (`now`) is in [since, until), oldest first (the newest `limit` when given)."""
+    query = select(Tick).where(Tick.service == service, *_range(Tick.now, since, until))
+    if status is not None:
+        query = query.where(Tick.status == status)
+    query = query.order_by(Tick.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    rows = []
+    with store.transaction() as session:
+        for t in session.scalars(query):
+            summary = t.summary if isinstance(t.summary, dict) else {}
+            rows.append({"id": t.id, "now": t.now, "started_at": t.started_at, "finished_at": t.finished_at,
+                         "status": t.status, "rows_read": t.rows_read, "accepted": t.accepted,
+                         "quarantined": t.quarantined, "joined": t.joined, "unmatched": t.unmatched,
+                         "duplicates": t.duplicates, "findings": summary.get("findings"),
+                         "seconds": summary.get("seconds"), "error": summary.get("error")})
+    frame = pd.DataFrame(rows[::-1], columns=list(TICK_COLUMNS))
+    return _utc_columns(frame, ("now", "started_at", "finished_at"))
+
+
+QUARANTINE_COLUMNS = ("id", "tick_id", "created_at", "kind", "source", "position", "reason", "excerpt")
+
+
+def quarantine(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
+               reason: str | None = None, kind: str | None = None, group_by: Sequence[str] = (),
+               limit: int | None = None) -> pd.DataFrame:
+    """Quarantined rows quarantined in [since, until), oldest first; with `group_by` (reason, kind,
+    source, tick_id) the row count per group instead, largest first."""
+    filters = [QuarantineRow.service == service, *_range(QuarantineRow.created_at, since, until)]
+    if reason is not None:
+        filters.append(QuarantineRow.reason == reason)
+    if kind is not None:
+        filters.append(QuarantineRow.kind == kind)
+    if group_by:
+        allowed = {"reason", "kind", "source", "tick_id"}
+        if set(group_by) - allowed:
+            raise QueryError(f"quarantine group by: unknown {sorted(set(group_by) - allowed)}; "
+                             f"use {sorted(allowed)}")
+        cols = [getattr(QuarantineRow, g) for g in group_by]
+        query = (select(*cols, func.count().label("rows"), func.min(QuarantineRow.created_at),
+                        func.max(QuarantineRow.created_at))
+                 .where(*filters).group_by(*cols).order_by(func.count().desc()))
+        with store.transaction() as session:
+            data = [(*r[:-2], models.UTCDateTime().process_result_value(r[-2], None),
+                     models.UTCDateTime().process_result_value(r[-1], None))
+                    for r in session.execute(query).all()]
+        frame = pd.DataFrame(data, columns=[*group_by, "rows", "first", "last"])
+        return _utc_columns(frame, ("first", "last"))
+    query = select(QuarantineRow).where(*filters).order_by(QuarantineRow.id)
+    if limit is not None:
+        query = query.limit(limit)
+    with store.transaction() as session:
+        rows = [{c: getattr(q, c) for c in QUARANTINE_COLUMNS} for q in session.scalars(query)]
+    return _utc_columns(pd.DataFrame(rows, columns=list(QUARANTINE_COLUMNS)), ("created_at",))
+
+
+# -- verdicts and incidents (tables of issue 6) -----------------------------------------------------
+
+VERDICT_COLUMNS = ("id", "verdict", "window_start", "window_end", "model_version", "estimated", "rows",
+                   "evidence", "attribution", "what_changed", "next_steps", "rollback_to", "summary",
+                   "incident_id", "created_at")
+INCIDENT_COLUMNS = ("id", "verdict", "status", "model_version", "opened_at", "resolved_at",
+                    "first_window_start", "last_window_end", "fingerprint", "summary")
+
+
+def _verdict_model():
+    model = getattr(models, "Verdict", None) or getattr(models, "VerdictRow", None)
+    if model is None or not table_exists("verdicts"):
+        raise QueryError("this tailwatch stores no verdicts yet (the verdict stage lands with issue #6)")
+    return model
+
+
+def _incident_model():
+    model = getattr(models, "Incident", None) or getattr(models, "IncidentRow", None)
+    if model is None or not table_exists("incidents"):
+        raise QueryError("this tailwatch stores no incidents yet (the verdict stage lands with issue #6)")
+    return model
+
+
+def verdicts(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
+             model_version: str | None = None, verdict: str | None = None,
+             incident_id: int | None = None) -> pd.DataFrame:
+    """Stored verdicts with window_start in [since, until), oldest first; columns VERDICT_COLUMNS."""
+    model = _verdict_model()
+    query = select(model).where(model.service == service, *_range(model.window_start, since, until))
+    if model_version is not None:
+        query = query.where(model.model_version == model_version)
+    if verdict is not None:
+        query = query.where(model.verdict == verdict)
+    if incident_id is not None:
+        query = query.where(model.incident_id == incident_id)
+    query = query.order_by(model.window_start, model.window_end, model.model_version, model.id)
+    with store.transaction() as session:
+        rows = [{c: getattr(v, c, None) for c in VERDICT_COLUMNS} for v in session.scalars(query)]
+    frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
+    return _utc_columns(frame, ("window_start", "window_end", "created_at"))
+
+
+def incidents(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
+              model_version: str | None = None, status: str | None = None,
+              incident_id: int | None = None) -> pd.DataFrame:
+    """Stored incidents opened in [since, until), oldest first; columns INCIDENT_COLUMNS."""
+    model = _incident_model()
+    query = select(model).where(model.service == service, *_range(model.opened_at, since, until))
+    if model_version is not None:
+        query = query.where(model.model_version == model_version)
+    if status is not None:
+        query = query.where(model.status == status)
+    if incident_id is not None:
+        query = query.where(model.id == incident_id)
+    with store.transaction() as session:
+        rows = [{c: getattr(i, c, None) for c in INCIDENT_COLUMNS}
+                for i in session.scalars(query.order_by(model.opened_at, model.id))]
+    frame = pd.DataFrame(rows, columns=list(INCIDENT_COLUMNS))
+    return _utc_columns(frame, ("opened_at", "resolved_at", "first_window_start", "last_window_end"))
+
+
+# -- read-only SQL ---------------------------------------------------------------------------------
+
+# The only things a statement may do on SQLite: read tables and call functions (sqlite3 authorizer).
+_SQLITE_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                   getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+_LEADING_COMMENTS = re.compile(r"^\s*(?:(?:--[^\n]*\n)|(?:/\*.*?\*/)|\s)*", re.S)
+
+
+def sql(store: Store, statement: str, *, max_rows: int = SQL_MAX_ROWS) -> pd.DataFrame:
+    """Run one read-only SQL statement and return its rows (at most `max_rows`, else QueryError).
+
+    SQLite: a separate `mode=ro` connection with `PRAGMA query_only` and an authorizer that allows
+    reads only. PostgreSQL: a `READ ONLY` transaction, always rolled back, with the statement prepared
+    server-side (which refuses several statements in one string). Writes, DDL and multi-statement
+    strings raise QueryError; nothing is changed."""
+    text = statement.strip()
+    body = _LEADING_COMMENTS.sub("", text)
+    verb = body.split(None, 1)[0].lower() if body else ""
+    if verb not in READ_ONLY_VERBS:
+        raise QueryError(f"only read statements run here ({', '.join(READ_ONLY_VERBS).upper()}); "
+                         f"got {verb.upper() or 'nothing'}")
+    backend = store.url.get_backend_name()
+    if backend == "sqlite":
+        columns, rows = _sqlite_read(store, text, max_rows)
+    elif backend == "postgresql":
+        columns, rows = _postgres_read(store, text, max_rows)
+    else:
+        raise QueryError(f"read-only SQL is supported on SQLite and PostgreSQL, not {backend}")
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _sqlite_read(store: Store, text: str, max_rows: int) -> tuple[list[str], list[tuple]]:
+    database = store.url.database or ""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        raise QueryError("read-only SQL needs a SQLite database file")
+    conn = sqlite3.connect(f"file:{quote(database)}?mode=ro", uri=True, timeout=SQL_TIMEOUT_S)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+
+        def authorize(action: int, *_args: Any) -> int:
+            return sqlite3.SQLITE_OK if action in _SQLITE_ALLOWED else sqlite3.SQLITE_DENY
+
+        conn.set_authorizer(authorize)
+        try:
+            cursor = conn.execute(text)
+            rows = cursor.fetchmany(max_rows + 1)
+        except (sqlite3.Error, sqlite3.Warning) as exc:  # one statement at a time is a Warning before 3.12
+            raise QueryError(f"refused or failed: {exc}") from None
+        columns = [d[0] for d in cursor.description or ()]
+    finally:
+        conn.close()
+    return columns, _capped(rows, max_rows)
+
+
+def _postgres_read(store: Store, text: str, max_rows: int) -> tuple[list[str], list[tuple]]:
+    import psycopg
+
+    with store.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        error = None
+        try:
+            with raw.transaction(force_rollback=True), raw.cursor() as cursor:
+                cursor.execute("SET TRANSACTION READ ONLY")
+                cursor.execute(f"SET LOCAL statement_timeout = {int(SQL_TIMEOUT_S * 1000)}")
+                # prepare=True: the extended protocol runs exactly one statement ("SELECT 1; COMMIT; ..."
+                # is refused instead of committing out of the read-only transaction).
+                cursor.execute(text, prepare=True)
+                rows = cursor.fetchmany(max_rows + 1) if cursor.description else []
+                columns = [d.name for d in cursor.description or ()]
+        except psycopg.Error as exc:
+            error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if error is not None:
+            raise QueryError(f"refused or failed: {error}")
+    return columns, _capped(rows, max_rows)
+
+
+def _capped(rows: list[tuple], max_rows: int) -> list[tuple]:
+    if len(rows) > max_rows:
+        raise QueryError(f"more than {max_rows} rows; add a LIMIT or a narrower WHERE")
+    return rows
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+def _utc_columns(frame: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
+    for name in names:
+        if name in frame.columns:
+            frame[name] = pd.to_datetime(frame[name], utc=True)
+    return frame
+
+
+def jsonable(value: Any) -> Any:
+    """A DataFrame cell as JSON: timestamps as RFC 3339 UTC, NaN / NaT as null, numpy as Python."""
+    if value is None:
+        return None
+    if isinstance(value, pd.Timestamp | datetime):
+        if pd.isna(value):
+            return None
+        return pd.Timestamp(value).tz_convert("UTC").isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is pd.NaT:
+        return None
+    return value
+
+
+def finding_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Findings in the stable JSON shape (docs/investigate.md)."""
+    out = []
+    for row in frame.to_dict("records"):
+        low, high = jsonable(row["interval_low"]), jsonable(row["interval_high"])
+        out.append({
+            "check": row["check"], "status": row["status"],
+            "window_start": jsonable(row["window_start"]), "window_end": jsonable(row["window_end"]),
+            "model_version": row["model_version"], "labels": jsonable(row["labels"] or {}),
+            "value": jsonable(row["value"]), "baseline": jsonable(row["baseline"]), "n": jsonable(row["n"]),
+            "interval": None if low is None and high is None else [low, high],
+            "effect": jsonable(row["effect"]), "p_value": jsonable(row["p_value"]), "id": jsonable(row["id"]),
+        })
+    return out
+
+
+def verdict_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Verdicts in the stable JSON shape (docs/investigate.md)."""
+    return [{"verdict": row["verdict"], "window_start": jsonable(row["window_start"]),
+             "window_end": jsonable(row["window_end"]), "model_version": row["model_version"],
+             "evidence": jsonable(row["evidence"] or []), "estimated": jsonable(row["estimated"]),
+             "attribution": jsonable(row["attribution"]), "what_changed": jsonable(row["what_changed"]),
+             "next_steps": jsonable(row["next_steps"]), "rollback_to": row["rollback_to"],
+             "summary": row["summary"],
+             "incident_id": jsonable(row["incident_id"]), "id": jsonable(row["id"])}
+            for row in frame.to_dict("records")]
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Any query's rows as JSON objects (column -> value)."""
+    return [{str(k): jsonable(v) for k, v in row.items()} for row in frame.to_dict("records")]

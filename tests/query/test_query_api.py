@@ -1,0 +1,119 @@
+"""monitor.query on a store filled by the pipeline (SQLite and PostgreSQL): filters, group-by, metrics
+checked against the raw logs, ticks and quarantine."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from monitor import query as q
+from monitor.partials import ALL
+
+WINDOW = timedelta(minutes=15)
+
+
+def raw_predictions(run) -> pd.DataFrame:
+    frames = [pd.read_json(p, lines=True, dtype=False, convert_dates=False)
+              for p in sorted((run["root"] / "generated" / "predictions").glob("*.jsonl"))]
+    out = pd.concat(frames, ignore_index=True)
+    out["ts"] = pd.to_datetime(out["ts"], utc=True, format="ISO8601")
+    return out
+
+
+def span(run):
+    truth = run["truth"]
+    return pd.Timestamp(truth.start).to_pydatetime(), pd.Timestamp(truth.end).to_pydatetime()
+
+
+def test_findings_filters_match_a_python_filter_of_every_row(filled):
+    every = q.findings(filled, "churn")
+    assert len(every) > 500 and set(every.columns) == set(q.FINDING_COLUMNS)
+    breaches = q.findings(filled, "churn", status="breach", segment="all")
+    expected = every[(every["status"] == "breach") & np.array([("segment" not in lab) for lab in every["labels"]])]
+    assert len(breaches) == len(expected) > 0
+    assert breaches["id"].tolist() == expected["id"].tolist()
+    # The scenario's truth: v2 loses the cache right at the onset.
+    cache = breaches[breaches["check"] == "cache_hit_rate"]
+    assert set(cache["model_version"]) == {"v2"} and cache["value"].max() < cache["baseline"].min()
+
+    p99 = q.findings(filled, "churn", check="latency", labels={"stage": "batch_wait", "quantile": "p99"},
+                     window=WINDOW, model_version="v1")
+    direct = every[(every["check"] == "latency") & (every["model_version"] == "v1")
+                   & (every["window_end"] - every["window_start"] == WINDOW)
+                   & np.array([lab.get("stage") == "batch_wait" and lab.get("quantile") == "p99"
+                             for lab in every["labels"]])]
+    assert p99["id"].tolist() == direct["id"].tolist() and len(p99) >= 3
+    segment = q.findings(filled, "churn", segment="Contract=Two year")
+    assert len(segment) and all(lab["segment"] == "Contract=Two year" for lab in segment["labels"])
+    # A value with LIKE wildcards matches nothing rather than everything.
+    assert q.findings(filled, "churn", labels={"stage": "%"}).empty
+
+
+def test_findings_time_range_is_half_open_on_window_start(filled, scenario_run):
+    start, _ = span(scenario_run)
+    lo, hi = start + timedelta(minutes=30), start + timedelta(hours=1)
+    rows = q.findings(filled, "churn", since=lo, until=hi)
+    assert len(rows) and rows["window_start"].min() >= pd.Timestamp(lo) and rows["window_start"].max() < pd.Timestamp(hi)
+    assert (rows["window_start"] == pd.Timestamp(lo)).any()
+
+
+def test_group_findings_counts_breaches_per_group(filled):
+    frame = q.findings(filled, "churn", segment="all")
+    grouped = q.group_findings(frame, ["check", "model_version"])
+    row = grouped[(grouped["check"] == "cache_hit_rate") & (grouped["model_version"] == "v2")].iloc[0]
+    direct = frame[(frame["check"] == "cache_hit_rate") & (frame["model_version"] == "v2")]
+    assert row["windows"] == len(direct) and row["breaches"] == (direct["status"] == "breach").sum() > 0
+    assert grouped["breaches"].tolist() == sorted(grouped["breaches"], reverse=True)
+    by_stage = q.group_findings(frame[frame["check"] == "latency"], ["stage", "quantile"])
+    assert "batch_wait" in set(by_stage["stage"])
+
+
+def test_metrics_agree_with_the_raw_logs(filled, scenario_run):
+    start, end = span(scenario_run)
+    raw = raw_predictions(scenario_run)
+    frame = q.metrics(filled, "churn", since=start, until=end + timedelta(hours=1))
+    assert set(frame["model_version"]) == {"v1", "v2"}
+    for version, got in frame.set_index("model_version").iterrows():
+        rows = raw[raw["model_version"] == version]
+        assert got["requests"] == len(rows)
+        for status in ("ok", "timeout", "rejected", "error"):
+            assert got[status] == (rows["status"] == status).sum()
+        for label, qv in q.QUANTILES.items():
+            exact = np.quantile(rows["latency_ms"].to_numpy(float), qv, method="lower")
+            # DDSketch at 1% relative accuracy, plus one rank of slack.
+            near = np.quantile(rows["latency_ms"].to_numpy(float), [qv - 0.002, qv + 0.002], method="lower")
+            assert near[0] * 0.99 <= got[f"total_{label}_ms"] <= near[1] * 1.01, (version, label, exact)
+        hits = rows["cache_hit"].astype(bool)
+        assert got["cache_hit_rate"] == pytest.approx(hits.mean())
+        assert got["batch_size_mean"] == pytest.approx(rows["batch_size"].mean())
+    v1, v2 = frame.set_index("model_version").loc["v1"], frame.set_index("model_version").loc["v2"]
+    assert v2["cache_hit_rate"] < v1["cache_hit_rate"] - 0.1
+
+
+def test_metrics_per_period_and_segment(filled, scenario_run):
+    start, end = span(scenario_run)
+    half = q.metrics(filled, "churn", since=start, until=end, every=timedelta(minutes=30), group_by=())
+    assert len(half) == 4 and half["period_start"].tolist() == [pd.Timestamp(start) + timedelta(minutes=30 * i)
+                                                               for i in range(4)]
+    whole = q.metrics(filled, "churn", since=start, until=end, group_by=())
+    assert half["requests"].sum() == whole["requests"].iloc[0]
+    seg = q.metrics(filled, "churn", since=start, until=end, segment="*", group_by=["segment"])
+    assert ALL not in set(seg["segment"]) and seg["requests"].sum() == whole["requests"].iloc[0]
+    with pytest.raises(q.QueryError):
+        q.metrics(filled, "churn", since=start, until=end, group_by=["replica"])
+
+
+def test_ticks_and_quarantine(filled, scenario_run):
+    ticks = q.ticks(filled, "churn")
+    assert len(ticks) == 9 and set(ticks["status"]) == {"ok"} and ticks["now"].is_monotonic_increasing
+    assert q.ticks(filled, "churn", limit=2)["id"].tolist() == ticks["id"].tolist()[-2:]
+    rows = q.quarantine(filled, "churn")
+    assert len(rows) == 3 and set(rows["kind"]) == {"predictions"}
+    grouped = q.quarantine(filled, "churn", group_by=["reason"])
+    assert sorted(grouped["reason"]) == ["missing_field", "unknown_status", "unparseable"]
+    assert grouped["rows"].tolist() == [1, 1, 1]
+    assert len(q.quarantine(filled, "churn", reason="unparseable")) == 1
+
