@@ -174,6 +174,8 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
             ])
             if partials:
                 store.upsert_partials(session, name, partials, merge_bytes)
+            for kind, first_seen in first_sightings(ready).items():
+                store.record_versions(session, name, kind, first_seen)
             if service.quality is not None:
                 # Partials keep no rows; quality needs each prediction until its label lands.
                 store.add_scored_predictions(session, name, scored_rows(new_p, service))
@@ -294,6 +296,21 @@ def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Con
     accepted[ARRIVED] = pd.Timestamp(now)
     accepted["_source"] = batch.file
     return accepted
+
+
+VERSION_FIELDS = ("model_version", "preprocess_version", "config_hash")
+
+
+def first_sightings(rows: pd.DataFrame) -> dict[str, dict[str, datetime]]:
+    """Per version field, each value's earliest event time in `rows`: what the verdict names as
+    'what changed' when a value first appears near an incident's onset."""
+    out: dict[str, dict[str, datetime]] = {}
+    for kind in VERSION_FIELDS:
+        if kind in rows and len(rows):
+            seen = rows[[kind, "ts"]].dropna()
+            if len(seen):
+                out[kind] = {str(k): v.to_pydatetime() for k, v in seen.groupby(kind, observed=True)["ts"].min().items()}
+    return out
 
 
 def _line_of(reject: Reject) -> int:

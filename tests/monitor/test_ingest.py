@@ -254,3 +254,19 @@ def test_text_chunks_hold_at_most_chunk_rows_lines(tmp_path):
     assert [end for _, end in chunks] == [sum(len(b) for b, _ in chunks[:k + 1]) for k in range(3)]
     # Resuming from an offset counts from there; the unfinished last line waits.
     assert [buf.count(b"\n") for buf, _ in _complete_chunks(path, chunks[0][1], 1 << 20, chunk_rows=4)] == [4, 2]
+
+
+def test_first_sightings_of_each_version_field_are_recorded(store, tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "t").mkdir()
+    rows = [valid_row(i) | {"config_hash": "aaa" if i < 6 else "bbb", "preprocess_version": "p1"} for i in range(10)]
+    (tmp_path / "p" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[5:]))
+    cfg = make_config(tmp_path)
+    tick(cfg, store, NOW)
+    (tmp_path / "p" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))  # late, older rows
+    tick(cfg, store, NOW)
+    with store.transaction() as s:
+        seen = {(v["kind"], v["value"]): v["first_seen"] for v in store.load_versions(s, "churn")}
+    ts = [pd.Timestamp(r["ts"]).to_pydatetime() for r in rows]
+    assert seen == {("model_version", "v1"): ts[0], ("preprocess_version", "p1"): ts[0],
+                    ("config_hash", "aaa"): ts[0], ("config_hash", "bbb"): ts[6]}
