@@ -1,4 +1,4 @@
-"""Cache: the hit rate against the trailing baseline."""
+"""Cache: the hit rate against the trailing baseline (also per cold / warm state), and stale hits."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from checks.base import Finding, check
 from checks.stats import wilson
-from monitor.partials import Partial
+from monitor.partials import CACHE_STATES, STALE, Partial
 from monitor.profile import Profile
 
 
@@ -21,12 +21,21 @@ class CacheThreshold:
 @check("cache_hit_rate", CacheThreshold)
 def cache_hit_rate(window: Partial, profile: Profile | None, baseline: Partial | None,
                    params: CacheThreshold) -> list[Finding]:
-    """Share (0..1) of cache lookups that hit, vs the trailing baseline. Nothing when no row had
-    `cache_hit`; 'insufficient' without a baseline with enough lookups."""
-    hits, misses = window.counts["cache:hit"], window.counts["cache:miss"]
+    """Share (0..1) of cache lookups that hit, vs the trailing baseline; also per cache state (label
+    `state` cold / warm) when the log says which. Nothing when no row had `cache_hit`; 'insufficient'
+    without a baseline with enough lookups."""
+    out = _hit_rate(window, baseline, params, "cache:hit", "cache:miss", {})
+    for state in CACHE_STATES:
+        out += _hit_rate(window, baseline, params, f"cache:hit:{state}", f"cache:miss:{state}", {"state": state})
+    return out
+
+
+def _hit_rate(window: Partial, baseline: Partial | None, params: CacheThreshold, hit_key: str, miss_key: str,
+              labels: dict[str, str]) -> list[Finding]:
+    hits, misses = window.counts[hit_key], window.counts[miss_key]
     n = hits + misses
-    b_hits = baseline.counts["cache:hit"] if baseline is not None else 0
-    b_n = b_hits + (baseline.counts["cache:miss"] if baseline is not None else 0)
+    b_hits = baseline.counts[hit_key] if baseline is not None else 0
+    b_n = b_hits + (baseline.counts[miss_key] if baseline is not None else 0)
     if n == 0 and b_n == 0:
         return []
     value = hits / n if n else None
@@ -36,7 +45,39 @@ def cache_hit_rate(window: Partial, profile: Profile | None, baseline: Partial |
         status = "insufficient"
     else:
         status = "breach" if high < base - params.max_drop else "ok"
-    return [Finding("cache_hit_rate", {}, value, status, n, baseline=base,
+    return [Finding("cache_hit_rate", labels, value, status, n, baseline=base,
                     effect=None if value is None or base is None else value - base,
                     interval=(low, high) if n else None, detail={"hits": hits, "misses": misses,
                                                                  "baseline_lookups": b_n})]
+
+
+@dataclass(frozen=True)
+class StaleThreshold:
+    """Breach when the share of versioned hits that are stale is, with 95% confidence, above `max_rate`:
+    a cache whose key has the version serves none, so any steady share is a key that forgot it."""
+
+    max_rate: float = 0.005  # share of cache hits that carry cache_version
+    min_n: int = 30  # hits with cache_version below which the check says 'insufficient'
+
+
+@check("stale_cache", StaleThreshold)
+def stale_cache(window: Partial, profile: Profile | None, baseline: Partial | None,
+                params: StaleThreshold) -> list[Finding]:
+    """Share (0..1) of cache hits with `cache_version` whose result was made by another version: the
+    cache_version names neither the serving model_version nor its preprocess_version (nor
+    `<model>/<preprocess>`). `detail.top`: the stale cache_version values. Nothing when no hit in
+    window or baseline carried cache_version; the baseline's share is shown, not compared with."""
+    n, k = window.counts["cache:versioned_hit"], window.counts["cache:stale"]
+    b_n = baseline.counts["cache:versioned_hit"] if baseline is not None else 0
+    if n == 0 and b_n == 0:
+        return []
+    base = baseline.counts["cache:stale"] / b_n if b_n else None
+    value = k / n if n else None
+    low, high = wilson(k, n)
+    status = "insufficient" if n < params.min_n else ("breach" if low > params.max_rate else "ok")
+    top = sorted(window.unseen.get(STALE, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+    return [Finding("stale_cache", {}, value, status, n, baseline=base,
+                    effect=None if value is None or base is None else value - base,
+                    interval=(low, high) if n else None,
+                    detail={"stale": k, "hits_with_version": n, "hits": window.counts["cache:hit"],
+                            "top": [list(t) for t in top], "baseline_hits_with_version": b_n})]

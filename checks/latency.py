@@ -1,4 +1,5 @@
-"""Latency: total and per-stage quantiles, and failure / timeout / reject rates, vs trailing baseline."""
+"""Latency: total, per-stage, per-input-length and time-to-first-token quantiles, output tokens per
+second, failure / timeout / reject rates, throughput and queue trend, vs the trailing baseline."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ from dataclasses import dataclass
 from checks.base import Finding, check, widen
 from checks.stats import wilson
 from monitor.frame import STAGE_PREFIX
-from monitor.partials import LATENCY, Partial, Sketch
+from monitor.partials import (
+    ARRIVAL,
+    BY_LENGTH,
+    COMPLETION,
+    LATENCY,
+    TOKENS,
+    TOKENS_PER_S,
+    TTFT,
+    Partial,
+    Sketch,
+)
 from monitor.profile import Profile
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -26,25 +37,47 @@ class LatencyThreshold:
     tail_samples: int = 10  # a quantile q needs tail_samples / (1 - q) values in window and baseline
     max_rate_increase: float = 0.02  # absolute, share of requests
     min_n: int = 100  # requests below which rates are 'insufficient'
+    # Output tokens per second breach when the window's p50 is below the baseline's / max_ratio.
+    # Throughput (per second of the window's arrival span) breaches below min_throughput_ratio x baseline;
+    # 0 reports it without deciding (traffic follows the clock; use same_hour_7d baselines to judge it).
+    min_throughput_ratio: float = 0.0
+    # Queue trend: completions per second over arrivals per second (arrival span / completion span);
+    # breach below 1 - max_backlog_share, i.e. the last requests finished that share of the span late.
+    max_backlog_share: float = 0.2
+    min_span_s: float = 60.0  # arrival span below which throughput and queue trend are 'insufficient'
 
 
 def _needed(q: float, params: LatencyThreshold) -> int:
     return int(round(params.tail_samples / (1 - q))) if q < 1 else 1 << 62
 
 
-def _stage(key: str) -> str:
-    return "total" if key == LATENCY else key.removeprefix(STAGE_PREFIX)
+def _labels(key: str) -> dict[str, str]:
+    """Labels of a latency sketch key: the stage, and the input-length bucket of `latency_by:` keys."""
+    if key == LATENCY:
+        return {"stage": "total"}
+    if key == TTFT:
+        return {"stage": "ttft"}
+    if key.startswith(BY_LENGTH):
+        source, bucket = key.removeprefix(BY_LENGTH).rsplit("@", 1)
+        return {"stage": "total", "length": source, "bucket": bucket}
+    return {"stage": key.removeprefix(STAGE_PREFIX)}
+
+
+def _is_latency(key: str) -> bool:
+    return key in (LATENCY, TTFT) or key.startswith(STAGE_PREFIX) or key.startswith(BY_LENGTH)
 
 
 @check("latency", LatencyThreshold)
 def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
             params: LatencyThreshold) -> list[Finding]:
-    """p50 / p95 / p99 in ms of total latency and of each stage (labels stage, quantile), and the share
-    of requests that failed, timed out or were rejected (label rate). Quantiles with too few values in
-    window or baseline, and everything without a baseline, are 'insufficient'."""
+    """p50 / p95 / p99 in ms of total latency, of each stage, of time to first token (stage ttft) and of
+    total latency per input-length bucket (labels length, bucket); the share of requests that failed,
+    timed out or were rejected (label rate); output tokens per second, throughput and queue trend (see
+    _service). Quantiles with too few values in window or baseline, and everything but the queue trend
+    without a baseline, are 'insufficient'."""
     out = []
     keys = sorted(k for k in window.sketches.keys() | (baseline.sketches.keys() if baseline else set())
-                  if k == LATENCY or k.startswith(STAGE_PREFIX))
+                  if _is_latency(k))
     for key in keys:
         w = window.sketches.get(key, Sketch())
         b = baseline.sketches.get(key, Sketch()) if baseline is not None else Sketch()
@@ -57,7 +90,7 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
                 slower = value > base * params.max_ratio and value - base > params.min_delta_ms
                 status = "breach" if slower else "ok"
             ratio = value / base if value is not None and base else None
-            out.append(Finding("latency", {"stage": _stage(key), "quantile": label}, value, status, w.count,
+            out.append(Finding("latency", {**_labels(key), "quantile": label}, value, status, w.count,
                                baseline=base, effect=ratio,
                                detail={"unit": "ms", "baseline_n": b.count, "needed_n": need,
                                        "relative_accuracy": 0.01}))
@@ -76,4 +109,64 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
                            effect=None if value is None or base is None else value - base,
                            interval=(low, high) if n else None,
                            detail={"count": k, "baseline_n": b_n, "dispersion": phi}))
+    return out + _service(window, baseline, params)
+
+
+def _span(p: Partial | None, key: str) -> tuple[float, int]:
+    """Seconds between the first and last time in sketch `key`, and how many times it holds."""
+    sk = p.sketches.get(key, Sketch()) if p is not None else Sketch()
+    return (sk.max - sk.min, sk.count) if sk.count else (0.0, 0)
+
+
+def _service(window: Partial, baseline: Partial | None, params: LatencyThreshold) -> list[Finding]:
+    """Output tokens per second (p50 per request), throughput (valid samples and tokens per second of
+    the arrival span) and queue trend (completions per second over arrivals per second); each only when
+    the log has what it needs."""
+    out = []
+    if TOKENS_PER_S in window.sketches:
+        w = window.sketches[TOKENS_PER_S]
+        b = baseline.sketches.get(TOKENS_PER_S, Sketch()) if baseline is not None else Sketch()
+        value, base = w.quantile(0.5), b.quantile(0.5)
+        need = _needed(0.5, params)
+        if w.count < need or b.count < need or value is None or not base:
+            status = "insufficient"
+        else:
+            status = "breach" if value < base / params.max_ratio else "ok"
+        out.append(Finding("latency", {"tokens_per_s": "output", "quantile": "p50"}, value, status, w.count,
+                           baseline=base, effect=value / base if value is not None and base else None,
+                           detail={"unit": "tokens/s", "baseline_n": b.count, "needed_n": need}))
+    span, arrivals = _span(window, ARRIVAL)
+    if not arrivals:
+        return out
+    b_span, _ = _span(baseline, ARRIVAL)
+    per_second = {"samples": (window.counts["status:ok"],
+                              baseline.counts["status:ok"] if baseline is not None else 0)}
+    for kind in ("input", "output"):
+        if f"{TOKENS}{kind}" in window.sketches:
+            b_sum = baseline.sketches.get(f"{TOKENS}{kind}", Sketch()).sum if baseline is not None else 0.0
+            per_second[f"{kind}_tokens"] = (window.sketches[f"{TOKENS}{kind}"].sum, b_sum)
+    for what, (total, b_total) in per_second.items():
+        value = total / span if span > 0 else None
+        base = b_total / b_span if b_span > 0 else None
+        if span < params.min_span_s or b_span < params.min_span_s or value is None or base is None:
+            status = "insufficient"
+        else:
+            status = "breach" if value < base * params.min_throughput_ratio else "ok"
+        out.append(Finding("latency", {"throughput": what}, value, status, arrivals, baseline=base,
+                           effect=value / base if value is not None and base else None,
+                           detail={"unit": f"{what.replace('_', ' ')}/s", "span_s": span, "baseline_span_s": b_span}))
+    done, completions = _span(window, COMPLETION)
+    if completions:
+        value = (completions - 1) / done / ((arrivals - 1) / span) if span > 0 and done > 0 else None
+        b_done, b_completions = _span(baseline, COMPLETION)
+        b_arrivals = baseline.sketches[ARRIVAL].count if baseline is not None and b_span else 0
+        base = ((b_completions - 1) / b_done / ((b_arrivals - 1) / b_span)
+                if b_span > 0 and b_done > 0 and b_arrivals > 1 else None)
+        if span < params.min_span_s or completions < params.min_n or value is None:
+            status = "insufficient"
+        else:
+            status = "breach" if value < 1 - params.max_backlog_share else "ok"
+        out.append(Finding("latency", {"queue": "completions_vs_arrivals"}, value, status, completions,
+                           baseline=base, effect=None if value is None else value - 1,
+                           detail={"arrival_span_s": span, "completion_span_s": done, "arrivals": arrivals}))
     return out

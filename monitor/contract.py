@@ -33,8 +33,9 @@ NUMERIC_OPTIONAL = (
 )
 STRING_OPTIONAL = (
     "prediction", "cache_version", "preprocess_version", "config_hash", "route", "expert", "replica",
+    "cache_state",
 )
-BOOL_OPTIONAL = ("cache_hit",)
+BOOL_OPTIONAL = ("cache_hit", "cold")
 
 
 class Reason(StrEnum):

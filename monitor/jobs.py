@@ -122,7 +122,8 @@ def recover(config: Config, store: Store, now: datetime, interrupted: list[TickR
             if span is not None:
                 profile, _ = stored_profile(store, service)
                 windows = [w for size in service.buckets.windows for w in windows_for(dead.now, size, span)]
-                scored = store_scored(store, service.name, score(store, service.name, profile, windows), dead.id)
+                scored = store_scored(store, service.name, score(store, service.name, profile, windows,
+                                                                  service.check_params(), service.baseline), dead.id)
         with store.transaction() as session:
             store.finish_tick(session, dead.id, "error", {}, {
                 "error": "interrupted: the process ended during this tick; its committed steps were kept",

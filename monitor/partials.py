@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import operator
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -18,11 +19,24 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from ddsketch.mapping import LogarithmicMapping
 
 from monitor.config import Schema
 from monitor.frame import STAGE_PREFIX
-from monitor.profile import Profile, _bins, _category_bins, _factorize, _is_float, _numbers, lengths, resolve
+from monitor.profile import (
+    FieldProfile,
+    Profile,
+    _bins,
+    _category_bins,
+    _factorize,
+    _is_float,
+    _numbers,
+    lengths,
+    resolve,
+    tokens,
+)
 from storage.store import PartialRow
 
 ALL = ""  # the segment key for "every row"
@@ -30,8 +44,23 @@ LATENCY = "latency_ms"  # sketch key of the total latency; stages are `stage.<na
 RELATIVE_ACCURACY = 0.01
 UNSEEN_KEEP = 32  # unseen category values retained per field (the ones with the smallest hash)
 MIXED = "mixed"  # profile fingerprint of a merge of partials binned by different profiles
+BINARY = b"TWP2"  # first bytes of a binary payload (Partial.to_bytes); JSON payloads start with `{`
+TTFT = "ttft_ms"  # sketch of the time to first token (generative services), ms
+TOKENS_PER_S = "output_tokens_per_s"  # sketch of output_tokens / latency per request
+ARRIVAL, COMPLETION = "time:arrival", "time:completion"  # sketches of arrival and ts + latency, epoch s
+TOKENS = "tokens:"  # sketches `tokens:input`, `tokens:output` (their sums are the token totals)
+BY_LENGTH = "latency_by:"  # `latency_by:len:<text field>@<bucket>`, `latency_by:input_tokens@<bucket>`
+LENGTH_SPLITS = (0.5, 0.8, 0.9)  # reference length quantiles splitting latency by input length
+ROUTING = ("route", "expert", "replica")
+ROUTE = "route:"  # counts and latency sketches `route:<field>=<value>`
+ROUTE_VALUES = 256  # values per routing field a fold keeps apart; the rarer ones count as ROUTE_OTHER
+ROUTE_OTHER = "<other>"
+STALE = "stale:cache_version"  # unseen-style top of the cache_version values of stale hits
+CACHE_STATES = ("cold", "warm")
+OOV_SAMPLE = 8  # oov counts take the distinct texts whose text_hash is 0 mod this (the same texts in any split)
 
 _MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
+_LARGEST = 1e150
 _LOG_GAMMA = math.log1p(2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY))
 
 
@@ -54,7 +83,7 @@ class Sketch:
 
     @classmethod
     def of(cls, values: np.ndarray) -> Sketch:
-        """The sketch of `values` (non-finite values are skipped)."""
+        """The sketch of `values` (non-finite values, and those beyond 1e150, are skipped)."""
         parts = _sketches(np.asarray(values, dtype=float), np.zeros(len(values), "int64"), 1)
         return parts[0] if parts else cls()
 
@@ -139,6 +168,42 @@ class Partial:
         return self.counts["rows"]
 
     def to_bytes(self) -> bytes:
+        """The partial serialized: BINARY (a small JSON header, then every histogram count and sketch bin
+        as one int16, int32 or int64 array), or JSON when a count does not fit 64 bits. from_bytes reads both, and the
+        JSON payloads stored before BINARY existed."""
+        try:
+            return self._binary()
+        except OverflowError:
+            return self._json()
+
+    def _binary(self) -> bytes:
+        hists = sorted(self.hists.items())
+        sketches = sorted(self.sketches.items())
+        maps = [(sorted(sk.pos), sk.pos, sorted(sk.neg), sk.neg) for _, sk in sketches]
+        head: dict[str, Any] = {"counts": dict(sorted(self.counts.items())), "hists": [[k, len(v)] for k, v in hists],
+                                "sketches": [[k, len(m[0]), len(m[2]), sk.zero, sk.count, sk.sum, sk.sumsq, sk.min,
+                                              sk.max] for (k, sk), m in zip(sketches, maps, strict=True)]}
+        if self.unseen:
+            head["unseen"] = {k: dict(sorted(v.items())) for k, v in sorted(self.unseen.items())}
+        if self.profile:
+            head["profile"] = self.profile
+        ints = itertools.chain(
+            itertools.chain.from_iterable(v for _, v in hists),
+            itertools.chain.from_iterable(itertools.chain(pk, map(pos.__getitem__, pk), nk, map(neg.__getitem__, nk))
+                                          for pk, pos, nk, neg in maps))
+        size = sum(len(v) for _, v in hists) + 2 * sum(len(m[0]) + len(m[2]) for m in maps)
+        values = np.fromiter(ints, dtype="<i8", count=size)  # OverflowError past int64
+        low, high = (int(values.min()), int(values.max())) if size else (0, 0)
+        for small in ("<i2", "<i4"):  # bin keys and most counts are small: fewer bytes than JSON's digits
+            if np.iinfo(small).min <= low and high <= np.iinfo(small).max:
+                values = values.astype(small)
+                break
+        head["int"] = values.dtype.itemsize
+        header = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
+        header += b" " * (-len(header) % 8)  # the integers start 8-aligned
+        return BINARY + struct.pack("<I", len(header)) + header + values.tobytes()
+
+    def _json(self) -> bytes:
         body: dict[str, Any] = {"counts": dict(sorted(self.counts.items()))}
         if self.hists:
             body["hists"] = {k: list(v) for k, v in sorted(self.hists.items())}
@@ -152,12 +217,36 @@ class Partial:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Partial:
+        if data[:4] == BINARY:
+            return cls._from_binary(data)
         body = json.loads(data)
         return cls(Counter(body["counts"]),
                    {k: tuple(v) for k, v in body.get("hists", {}).items()},
                    {k: Sketch.from_json(v) for k, v in body.get("sketches", {}).items()},
                    {k: Counter(v) for k, v in body.get("unseen", {}).items()},
                    body.get("profile", ""))
+
+    @classmethod
+    def _from_binary(cls, data: bytes) -> Partial:
+        (n,) = struct.unpack_from("<I", data, 4)
+        head = json.loads(data[8:8 + n])
+        values = np.frombuffer(data, dtype=f"<i{head['int']}", offset=8 + n).tolist()
+        i = 0
+        hists = {}
+        for name, bins in head["hists"]:
+            hists[name] = tuple(values[i:i + bins])
+            i += bins
+        sketches = {}
+        for name, npos, nneg, zero, count, total, squares, lo, hi in head["sketches"]:
+            pos = dict(zip(values[i:i + npos], values[i + npos:i + 2 * npos], strict=True))
+            i += 2 * npos
+            neg = dict(zip(values[i:i + nneg], values[i + nneg:i + 2 * nneg], strict=True))
+            i += 2 * nneg
+            sketches[name] = Sketch(pos, neg, zero, count, total, squares, lo, hi)
+        if i != len(values):
+            raise ValueError(f"partial payload holds {len(values)} values, its header describes {i}")
+        return cls(Counter(head["counts"]), hists, sketches,
+                   {k: Counter(v) for k, v in head.get("unseen", {}).items()}, head.get("profile", ""))
 
 
 def merge_all(partials) -> Partial:
@@ -495,8 +584,12 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
                 a.counts["stage_rows"] = np.bincount(a.g, weights=stage_rows, minlength=a.groups).astype("int64")
     if "cache_hit" in frame:
         hit = frame["cache_hit"]
-        _count(accs, "cache:hit", hit.eq(True).to_numpy(dtype=bool))
-        _count(accs, "cache:miss", hit.eq(False).to_numpy(dtype=bool))
+        hits = hit.eq(True).to_numpy(dtype=bool)
+        misses = hit.eq(False).to_numpy(dtype=bool)
+        _count(accs, "cache:hit", hits)
+        _count(accs, "cache:miss", misses)
+        _fold_cache(frame, hits, misses, accs)
+    _fold_service(frame, accs)
 
     for name in [LATENCY] + [c for c in frame.columns if c.startswith(STAGE_PREFIX)]:
         if name in frame:
@@ -527,11 +620,17 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
                 _count(accs, f"below:{name}", v < ref.min)
                 _count(accs, f"above:{name}", v > ref.max)
         elif kind == "text":
-            v, missing = lengths(values)
+            factorized = _factorize(values)
+            v, missing = lengths(values, factorized)
             if name in frame:
                 _count(accs, f"missing:{name}", missing)
             del missing
-            _hist(accs, f"len:{name}", _bins(ref.edges, v), ref.bins)
+            idx = _bins(ref.edges, v)
+            _hist(accs, f"len:{name}", idx, ref.bins)
+            _latency_by_length(frame, accs, f"len:{name}", ref, idx)
+            del idx
+            if ref.vocabulary and factorized is not None:
+                _fold_oov(name, ref, factorized, accs)
         else:
             idx = _category_bins(ref, values)
             if name in frame:
@@ -554,6 +653,9 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
                         per[gi][t_values[ti]] = c
                 a.unseen[name] = [_bottom(c) for c in per]
     if profile is not None:
+        ref = profile.input_tokens
+        if ref is not None and ref.edges and "input_tokens" in frame:
+            _latency_by_length(frame, accs, "input_tokens", ref, _bins(ref.edges, _numbers(frame["input_tokens"])))
         if profile.prediction is not None and "prediction" in frame:
             pred = profile.prediction
             if pred.kind == "categorical":
@@ -567,16 +669,225 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
                       if ref.kind == "numeric" else ref.bin_index(frame[column]), ref.bins)
 
 
+def _sum(accs: list[_Acc], name: str, weights: np.ndarray) -> None:
+    """Add up integer `weights` per group."""
+    if not weights.any():
+        return
+    for a in accs:
+        a.counts[name] = np.bincount(a.g, weights=weights, minlength=a.groups).round().astype("int64")
+
+
+def _sketch_rows(accs: list[_Acc], name: str, v: np.ndarray, rows: np.ndarray) -> None:
+    """Sketch `v` (aligned with `rows`, a subset of the frame's row positions) per group."""
+    for a in accs:
+        parts = _sketches(v, a.g[rows], a.groups)
+        if parts:
+            a.sketches[name] = parts
+
+
+def _strings(column: pd.Series) -> np.ndarray:
+    """The column as an object array of str, None where missing."""
+    return column.astype(object).where(column.notna(), None).map(str, na_action="ignore").to_numpy(dtype=object)
+
+
+def _fold_cache(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, accs: list[_Acc]) -> None:
+    """Stale hits (cache_version names neither the serving model nor its preprocessing) and hits and
+    misses per cold / warm cache state, when the log carries them."""
+    if "cache_version" in frame and hits.any():
+        rows = np.flatnonzero(hits & frame["cache_version"].notna().to_numpy(dtype=bool))
+        cached = _strings(frame["cache_version"].iloc[rows])
+        model = _strings(frame["model_version"].iloc[rows])
+        fresh = cached == model
+        if "preprocess_version" in frame:
+            pre = _strings(frame["preprocess_version"].iloc[rows])
+            both = np.array([f"{m}/{p}" for m, p in zip(model.tolist(), pre.tolist(), strict=True)], dtype=object)
+            fresh |= (cached == pre) | (cached == both)
+        versioned = np.zeros(len(frame), dtype=bool)
+        versioned[rows] = True
+        stale = np.zeros(len(frame), dtype=bool)
+        stale[rows[~fresh]] = True
+        _count(accs, "cache:versioned_hit", versioned)
+        _count(accs, "cache:stale", stale)
+        _top_values(accs, STALE, rows[~fresh], cached[~fresh])
+    state = None
+    if "cache_state" in frame:
+        state = frame["cache_state"].astype(object).map(lambda x: str(x).lower() if isinstance(x, str) else None)
+    elif "cold" in frame:
+        state = frame["cold"].map({True: "cold", False: "warm"})
+    if state is not None:
+        for name in CACHE_STATES:
+            on = state.eq(name).to_numpy(dtype=bool)
+            _count(accs, f"cache:hit:{name}", hits & on)
+            _count(accs, f"cache:miss:{name}", misses & on)
+
+
+def _top_values(accs: list[_Acc], key: str, rows: np.ndarray, texts: np.ndarray) -> None:
+    """Count the values `texts` of rows `rows` per group into `unseen[key]` (bounded as unseen values)."""
+    if not len(rows):
+        return
+    t_codes, t_values = pd.factorize(texts)
+    t_values = np.asarray(t_values, dtype=object).tolist()
+    for a in accs:
+        per = [Counter() for _ in range(a.groups)]
+        pairs, n_pairs = np.unique(a.g[rows] * len(t_values) + t_codes, return_counts=True)
+        for pair, c in zip(pairs.tolist(), n_pairs.tolist(), strict=True):
+            gi, ti = divmod(pair, len(t_values))
+            per[gi][t_values[ti]] = c
+        a.unseen[key] = [_bottom(c) for c in per]
+
+
+def _epoch_seconds(ts: pd.Series) -> np.ndarray:
+    """Seconds since the epoch (NaN for NaT), as float64."""
+    dtype = ts.dtype
+    if isinstance(dtype, pd.DatetimeTZDtype) and dtype.unit in _PER_SECOND and not ts.isna().any():
+        return ts.array.asi8 / _PER_SECOND[dtype.unit]  # one array, no timedelta copy
+    return ((ts - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(dtype=float, na_value=np.nan)
+
+
+def _fold_service(frame: pd.DataFrame, accs: list[_Acc]) -> None:
+    """What the latency and hotspot checks add to latency: time to first token, output tokens per
+    second, token totals, arrival and completion times (throughput, queue trend), and traffic and
+    latency per routing value."""
+    latency = _numbers(frame[LATENCY]) if LATENCY in frame else None
+    if TTFT in frame:
+        _sketch(accs, TTFT, _numbers(frame[TTFT]))
+    for kind in ("input", "output"):
+        if f"{kind}_tokens" in frame:
+            _sketch(accs, f"{TOKENS}{kind}", _numbers(frame[f"{kind}_tokens"]))
+    if latency is not None and "output_tokens" in frame:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # 0 ms: inf, which sketches skip
+            _sketch(accs, TOKENS_PER_S, _numbers(frame["output_tokens"]) / (latency / 1000.0))
+    if frame["ts"].dtype.kind == "M":
+        arrival = _epoch_seconds(frame["ts"])
+        _sketch(accs, ARRIVAL, arrival)
+        if latency is not None:
+            _sketch(accs, COMPLETION, arrival + latency / 1000.0)
+    for name in ROUTING:
+        if name not in frame:
+            continue
+        codes, values = pd.factorize(_strings(frame[name]))
+        if not len(values):
+            continue
+        if len(values) > ROUTE_VALUES:
+            busy = np.argsort(-np.bincount(codes[codes >= 0], minlength=len(values)), kind="stable")[:ROUTE_VALUES]
+            remap = np.full(len(values) + 1, len(busy))
+            remap[busy] = np.arange(len(busy))
+            remap[-1] = -1
+            codes = remap[codes]
+            values = np.append(np.asarray(values, dtype=object)[busy], ROUTE_OTHER)
+        names = [f"{ROUTE}{name}={v}" for v in values]
+        _count_codes(accs, names, codes)
+        if latency is not None:
+            order = np.argsort(codes, kind="stable")
+            starts = np.searchsorted(codes[order], np.arange(len(names) + 1))
+            for j, key in enumerate(names):
+                rows = order[starts[j]:starts[j + 1]]
+                _sketch_rows(accs, key, latency[rows], rows)
+
+
+def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    """The reference length edges (at LENGTH_SPLITS quantiles of `ref`'s bins) that split latency by
+    input length, and the bucket labels (`<120`, `120-400`, `400+`)."""
+    edges = ref.edges
+    if not edges:
+        return (), ("all",)
+    picks = sorted({min(max(round(q * (len(edges) + 1)) - 1, 0), len(edges) - 1) for q in LENGTH_SPLITS})
+    cuts = tuple(edges[i] for i in picks)
+    labels = [f"<{cuts[0]:g}"] + [f"{a:g}-{b:g}" for a, b in itertools.pairwise(cuts)] + [f"{cuts[-1]:g}+"]
+    return cuts, tuple(labels)
+
+
+def _latency_by_length(frame: pd.DataFrame, accs: list[_Acc], source: str, ref: FieldProfile,
+                       idx: np.ndarray) -> None:
+    """Latency sketches per input-length bucket; `idx` the rows' bins on `ref.edges` (-1 missing)."""
+    if LATENCY not in frame or not ref.edges:
+        return
+    cuts, labels = length_buckets(ref)
+    # Bin i of ref.edges lies at or above edges[i - 1]: its bucket is the number of cuts <= that edge.
+    lower = np.r_[-np.inf, np.asarray(ref.edges, dtype=float)]
+    bucket_of = np.searchsorted(np.asarray(cuts), lower, side="right")
+    bucket = np.where(idx >= 0, bucket_of[np.maximum(idx, 0)], -1)
+    latency = _numbers(frame[LATENCY])
+    for b, label in enumerate(labels):
+        rows = np.flatnonzero(bucket == b)
+        if len(rows):
+            _sketch_rows(accs, f"{BY_LENGTH}{source}@{label}", latency[rows], rows)
+
+
+_HASH_BYTES = 16  # bytes of a text its hash reads (with its length)
+_HASH_CHUNK = 65536  # texts per gather: bounds the index matrix at 8 MiB
+_HASH_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+
+
+def text_hash(texts: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each text (object array of str) from its UTF-8 length and first 16 bytes: the
+    same in every process (Python's hash is not), vectorized (pandas' hash_array encodes one by one)."""
+    arr = pa.array(texts, type=pa.large_string())
+    if arr.offset or arr.null_count:
+        arr = pa.concat_arrays([arr.fill_null("")])
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(1, np.uint8)
+    if not len(data):
+        data = np.zeros(1, np.uint8)
+    size = np.diff(offsets)
+    cols = np.arange(_HASH_BYTES)
+    h = size.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+    with np.errstate(over="ignore"):
+        for a in range(0, len(arr), _HASH_CHUNK):
+            b = min(a + _HASH_CHUNK, len(arr))
+            idx = np.minimum(offsets[a:b, None] + cols, len(data) - 1)
+            block = data[idx]
+            block[cols >= size[a:b, None]] = 0  # bytes past a short text's end
+            words = block.view(np.uint64)
+            h[a:b] += (words * _HASH_MULT).sum(axis=1, dtype=np.uint64)
+        # splitmix64's finalizer: every input bit reaches the low bits that the sample reads
+        h ^= h >> np.uint64(30)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(27)
+        h *= np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+    return h
+
+
+def _fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], accs: list[_Acc]) -> None:
+    """Tokens and out-of-vocabulary tokens (`tokens:<f>`, `oov:<f>`) and the texts they came from
+    (`oov_texts:<f>`), over the distinct texts sampled by hash (1 in OOV_SAMPLE)."""
+    codes, uniques = factorized
+    distinct = np.asarray(uniques, dtype=object)
+    if not len(distinct):
+        return
+    if pd.api.types.infer_dtype(distinct, skipna=False) == "string":  # all str, checked in C
+        texts = np.arange(len(distinct))
+    else:
+        texts = np.fromiter((isinstance(x, str) for x in distinct.tolist()), dtype=bool, count=len(distinct)).nonzero()[0]
+    chosen = texts[text_hash(distinct[texts]) % OOV_SAMPLE == 0] if len(texts) else texts
+    if not len(chosen):
+        return
+    flat, parent = tokens(distinct[chosen])
+    known = pc.is_in(flat, value_set=pa.array(list(ref.vocabulary), type=flat.type)).to_numpy(zero_copy_only=False)
+    per_tokens = np.zeros(len(distinct) + 1)
+    per_oov = np.zeros(len(distinct) + 1)
+    per_text = np.zeros(len(distinct) + 1)
+    per_tokens[chosen] = np.bincount(parent, minlength=len(chosen))
+    per_oov[chosen] = np.bincount(parent, weights=~known, minlength=len(chosen))
+    per_text[chosen] = 1
+    _sum(accs, f"tokens:{name}", per_tokens[codes])  # code -1 (missing) reads the last slot: 0
+    _sum(accs, f"oov:{name}", per_oov[codes])
+    _sum(accs, f"oov_texts:{name}", per_text[codes])
 
 
 def _sketches(v: np.ndarray, g: np.ndarray, groups: int) -> dict[int, Sketch]:
-    """One Sketch per group with at least one finite value."""
-    ok = np.isfinite(v)
-    v, g = v[ok], g[ok]
+    """One Sketch per group with at least one finite value (beyond 1e150 counts as infinite: its square,
+    in `sumsq`, would be)."""
+    ok = np.abs(v) < _LARGEST
+    if not ok.all():  # copies only when some value is skipped
+        v, g = v[ok], g[ok]
+    del ok
     if not len(v):
         return {}
-    order = np.argsort(g, kind="stable")
-    v, g = v[order], g[order]
+    if (g[1:] < g[:-1]).any():  # rows in time order with one version are grouped already: no sort
+        order = np.argsort(g, kind="stable")
+        v, g = v[order], g[order]
     starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     present = g[starts]
     count = np.diff(np.r_[starts, len(g)])
@@ -585,7 +896,8 @@ def _sketches(v: np.ndarray, g: np.ndarray, groups: int) -> dict[int, Sketch]:
     lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
     pos, neg = v > _MAPPING.min_possible, v < -_MAPPING.min_possible
     zero = np.bincount(g[~pos & ~neg], minlength=groups)
-    maps = [_bin_maps(v[mask] if sign > 0 else -v[mask], g[mask], groups) for mask, sign in ((pos, 1), (neg, -1))]
+    maps = [_bin_maps(v if sign > 0 else -v, g, groups) if mask.all() else
+            _bin_maps(v[mask] if sign > 0 else -v[mask], g[mask], groups) for mask, sign in ((pos, 1), (neg, -1))]
     out = {}
     for gi, c, s, q, a, b in zip(present.tolist(), count.tolist(), total.tolist(), squares.tolist(),
                                  lo.tolist(), hi.tolist(), strict=True):
@@ -597,9 +909,18 @@ def _bin_maps(v: np.ndarray, g: np.ndarray, groups: int) -> list[dict[int, int]]
     maps: list[dict[int, int]] = [{} for _ in range(groups)]
     if not len(v):
         return maps
-    keys = np.ceil(np.log(v) / _LOG_GAMMA).astype("int64")
-    code = (g << 32) + (keys + (1 << 31))
-    uniq, cnt = np.unique(code, return_counts=True)
+    logs = np.log(v)
+    logs /= _LOG_GAMMA
+    np.ceil(logs, out=logs)
+    code = logs.astype("int64")
+    del logs
+    code += 1 << 31
+    code += g << 32
+    if (code[1:] < code[:-1]).any():
+        uniq, cnt = np.unique(code, return_counts=True)
+    else:  # sorted already (arrival times in order): runs, no sort
+        edges = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+        uniq, cnt = code[edges], np.diff(np.r_[edges, len(code)])
     owner = uniq >> 32
     keys = ((uniq & 0xFFFFFFFF) - (1 << 31)).tolist()
     cnt = cnt.tolist()

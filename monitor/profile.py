@@ -11,6 +11,7 @@ import ctypes
 import hashlib
 import json
 import os
+import string
 from dataclasses import asdict, dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -18,12 +19,20 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from monitor.config import Schema
 
 N_BINS = 10  # quantile bins per numeric field and text length
 MAX_CATEGORIES = 200  # categories kept per field; the rest of the reference is `truncated` into the other bin
-FORMAT = 1  # bump when the JSON layout changes
+FORMAT = 1  # bump when the JSON layout changes (fields added with a default that to_json leaves out do not)
+VOCABULARY = 5000  # tokens kept per text field: the reference's most frequent
+TOKEN_CHARS = 256  # tokens are read from the first this many characters of a text (a cut word is dropped)
+_PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u2013\u2014\u00b7\u00bf\u00a1"
+# Fields added after FORMAT 1, left out of the JSON while they hold their default: an old stored profile
+# keeps its fingerprint (so partials folded before the upgrade still merge) and still loads.
+_OPTIONAL = {"vocabulary": (), "tokens": 0, "oov_tokens": 0, "singletons": 0}
 
 Kind = Literal["numeric", "categorical", "text"]
 
@@ -46,6 +55,20 @@ class FieldProfile:
     min: float | None = None  # finite min / max of the values (numeric) or lengths (text)
     max: float | None = None
     truncated: bool = False  # categorical: the reference had more than MAX_CATEGORIES values
+    # text: the VOCABULARY most frequent reference tokens (see `tokens`), the reference's token count, how
+    # many of them are outside the vocabulary, and how many vocabulary tokens occurred once.
+    vocabulary: tuple[str, ...] = ()
+    tokens: int = 0
+    oov_tokens: int = 0
+    singletons: int = 0
+
+    @property
+    def expected_oov(self) -> float | None:
+        """Share of tokens a new sample of the reference's distribution has outside the vocabulary: the
+        reference's own out-of-vocabulary share plus the Good-Turing mass of words it saw once (a word
+        seen once is as likely to be missing from the next sample as a new one is to appear); None
+        without tokens."""
+        return (self.oov_tokens + self.singletons) / self.tokens if self.tokens else None
 
     @property
     def missing_rate(self) -> float | None:
@@ -82,9 +105,18 @@ class Profile:
     prediction: FieldProfile | None = None  # categorical over predicted classes
     label: FieldProfile | None = None  # categorical class balance of the reference labels
     scores: dict[str, FieldProfile] = field(default_factory=dict)  # class -> numeric score distribution
+    input_tokens: FieldProfile | None = None  # numeric `input_tokens` of the reference, when it has them
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, **asdict(self)}, separators=(",", ":"), sort_keys=True)
+        body = asdict(self)
+        if body["input_tokens"] is None:
+            del body["input_tokens"]
+        for fp in [*body["fields"].values(), *body["scores"].values(), body["prediction"], body["label"],
+                   body.get("input_tokens")]:
+            for key, default in _OPTIONAL.items():
+                if fp is not None and fp[key] == default:
+                    del fp[key]
+        return json.dumps({"format": FORMAT, **body}, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Profile:
@@ -96,11 +128,13 @@ class Profile:
             if d is None:
                 return None
             return FieldProfile(**{**d, "counts": tuple(d["counts"]), "edges": tuple(d["edges"]),
-                                   "categories": tuple(d["categories"])})
+                                   "categories": tuple(d["categories"]),
+                                   "vocabulary": tuple(d.get("vocabulary", ()))})
 
         return cls(rows=raw["rows"], fields={k: fp(v) for k, v in raw["fields"].items()},
                    prediction=fp(raw["prediction"]), label=fp(raw["label"]),
-                   scores={k: fp(v) for k, v in raw["scores"].items()})
+                   scores={k: fp(v) for k, v in raw["scores"].items()},
+                   input_tokens=fp(raw.get("input_tokens")))
 
     @cached_property
     def fingerprint(self) -> str:
@@ -124,7 +158,9 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
     label = _profile(col("label"), "categorical") if "label" in frame else None
     scores = {c: _profile(col(schema.score_column(c)), "numeric")
               for c in schema.classes if schema.score_column(c) in frame}
-    return Profile(rows=n, fields=fields, prediction=prediction, label=label, scores=scores)
+    input_tokens = _profile(frame["input_tokens"], "numeric") if "input_tokens" in frame else None
+    return Profile(rows=n, fields=fields, prediction=prediction, label=label, scores=scores,
+                   input_tokens=input_tokens)
 
 
 def read_reference(path: str | os.PathLike) -> pd.DataFrame:
@@ -163,15 +199,17 @@ def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
     n = len(values)
     if kind == "categorical":
         return _categorical_profile(values)
+    vocab: dict[str, Any] = {}
     if kind == "text":
         v, missing_mask = lengths(values)
         missing = int(missing_mask.sum())
+        vocab = _vocabulary(values)
     else:
         v = _numbers(values)
         missing = int(np.isnan(v).sum()) if _is_float(values) else int(values.isna().sum())
     finite = v[np.isfinite(v)]
     if not len(finite):
-        return FieldProfile(kind, n, missing, (int(np.isinf(v).sum()),), min=None, max=None)
+        return FieldProfile(kind, n, missing, (int(np.isinf(v).sum()),), min=None, max=None, **vocab)
     lo, hi = float(finite.min()), float(finite.max())
     finite.sort()
     edges = tuple(float(e) for e in np.unique(_quantiles(finite, np.linspace(0, 1, N_BINS + 1)[1:-1])))
@@ -179,7 +217,52 @@ def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
     counts = np.diff(np.r_[0, np.searchsorted(finite, edges, side="left"), len(finite)])
     counts[0] += int(np.isneginf(v).sum())
     counts[-1] += int(np.isposinf(v).sum())
-    return FieldProfile(kind, n, missing, tuple(int(c) for c in counts), edges=edges, min=lo, max=hi)
+    return FieldProfile(kind, n, missing, tuple(int(c) for c in counts), edges=edges, min=lo, max=hi, **vocab)
+
+
+def tokens(texts: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """The tokens of each text (an object array of str): its first TOKEN_CHARS characters lowercased,
+    split at whitespace, punctuation trimmed from both ends of each word, the last word dropped when the
+    text was cut there; with the index of the text each token came from. (No regular expression: Arrow
+    compiles one on every call, which costs more than tokenizing a tick's texts.)"""
+    arr = pa.array(texts, type=pa.large_string())
+    lists = pc.utf8_split_whitespace(pc.utf8_lower(pc.utf8_slice_codeunits(arr, 0, TOKEN_CHARS)))
+    flat = pc.utf8_trim(pc.list_flatten(lists), characters=_PUNCTUATION)
+    parent = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False)
+    cut = pc.greater(pc.utf8_length(arr), TOKEN_CHARS).to_numpy(zero_copy_only=False)
+    if cut.any():
+        offsets = lists.offsets.to_numpy()
+        cut &= offsets[1:] > offsets[:-1]  # texts cut that have a word
+        keep[offsets[1:][cut] - 1] = False
+    return flat.filter(pa.array(keep)), parent[keep]
+
+
+def _vocabulary(values: pd.Series) -> dict[str, Any]:
+    """FieldProfile's vocabulary fields of a text column (nothing when it holds no word). Each distinct
+    text is tokenized once and its tokens counted as often as it occurs."""
+    factorized = _factorize(values)
+    if factorized is None:
+        codes, uniques = pd.factorize(values.map(lambda x: x if isinstance(x, str) else None))
+    else:
+        codes, uniques = factorized
+    distinct = np.asarray(uniques, dtype=object)
+    is_text = np.fromiter((isinstance(x, str) for x in distinct.tolist()), dtype=bool, count=len(distinct))
+    texts = np.flatnonzero(is_text)
+    if not len(texts):
+        return {}
+    flat, parent = tokens(distinct[texts])
+    if not len(flat):
+        return {}
+    times = np.bincount(codes[codes >= 0], minlength=len(distinct))[texts]
+    encoded = pc.dictionary_encode(flat).combine_chunks() if isinstance(flat, pa.ChunkedArray) else pc.dictionary_encode(flat)
+    words = encoded.dictionary.to_numpy(zero_copy_only=False)
+    freq = np.bincount(encoded.indices.to_numpy(zero_copy_only=False), weights=times[parent],
+                       minlength=len(words)).round().astype("int64")
+    order = np.lexsort((words.astype(str), -freq))[:VOCABULARY]  # most frequent first, ties by word
+    kept = freq[order]
+    return {"vocabulary": tuple(str(w) for w in words[order]), "tokens": int(freq.sum()),
+            "oov_tokens": int(freq.sum() - kept.sum()), "singletons": int((kept == 1).sum())}
 
 
 def _quantiles(ordered: np.ndarray, qs: np.ndarray) -> np.ndarray:
@@ -325,10 +408,10 @@ def _lengths(values: pd.Series) -> np.ndarray:
     return values.astype(object).where(values.notna(), None).str.len().to_numpy(dtype=float, na_value=np.nan)
 
 
-def lengths(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def lengths(values: pd.Series, factorized: Any = False) -> tuple[np.ndarray, np.ndarray]:
     """Text length of each value (NaN for missing or non-text), and the missing mask (as isna).
-    Lengths are taken once per distinct value."""
-    factorized = _factorize(values)
+    Lengths are taken once per distinct value; `factorized`: the values' `_factorize` when already taken."""
+    factorized = _factorize(values) if factorized is False else factorized
     if factorized is None:
         return _lengths(values), values.isna().to_numpy()
     codes, uniques = factorized

@@ -107,7 +107,8 @@ def _score(service: Service, store: Store, now: datetime, tick_id: int, report: 
         touched = (datetime.fromisoformat(report.first_ts), datetime.fromisoformat(report.last_ts))
     scored = []
     for size in service.buckets.windows:
-        scored += score(store, service.name, profile, windows_for(now, size, touched))
+        scored += score(store, service.name, profile, windows_for(now, size, touched),
+                        params=service.check_params(), baseline_kind=service.baseline)
     report.findings = store_scored(store, service.name, scored, tick_id)
     report.breaches = [
         f"{s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m {s.model_version} "

@@ -20,6 +20,8 @@ from storage.store import Store
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BASELINE = timedelta(hours=24)  # trailing history that latency, cache and signal checks compare with
+BASELINES = ("trailing_24h", "same_hour_7d")  # config `baseline`: the 24 h before, or this hour on 7 days
+SAME_HOUR_DAYS = 7
 HISTOGRAM_CHECKS = ("drift", "prediction_drift", "length_distribution")
 MAX_RESCORED = 12  # closed windows per length re-scored for late rows in one tick; older ones wait for backfill
 
@@ -53,13 +55,30 @@ def windows_for(now: datetime, size: timedelta, touched: tuple[datetime, datetim
     return [(s, s + size) for s in sorted(starts)[-MAX_RESCORED:]]
 
 
+def baseline_ranges(start: datetime, end: datetime, kind: str = "trailing_24h") -> list[tuple[datetime, datetime]]:
+    """The bucket ranges [a, b) the baseline of window [start, end) merges: the BASELINE before it
+    (`trailing_24h`), or the same hours of day on each of the SAME_HOUR_DAYS days before (`same_hour_7d`:
+    traffic and latency that follow the clock are compared with their own hour)."""
+    if kind == "trailing_24h":
+        return [(start - BASELINE, start)]
+    if kind == "same_hour_7d":
+        day = timedelta(days=1)
+        return [(start - d * day, min(end - d * day, start)) for d in range(SAME_HOUR_DAYS, 0, -1)]
+    raise ValueError(f"unknown baseline {kind!r}; one of {BASELINES}")
+
+
 def score(store: Store, service: str, profile: Profile | None, windows: list[tuple[datetime, datetime]],
-          params=None) -> list[Scored]:
-    """Score each window per model version and segment against the BASELINE before it."""
+          params=None, baseline_kind: str = "trailing_24h") -> list[Scored]:
+    """Score each window per model version and segment against its baseline (`baseline_kind`, see
+    baseline_ranges); `params`: check name -> thresholds (Service.check_params())."""
     out: list[Scored] = []
     for start, end in windows:
+        ranges = baseline_ranges(start, end, baseline_kind)
         with store.transaction() as session:
-            rows = store.load_partials(session, service, start - BASELINE, end)
+            if baseline_kind == "trailing_24h":  # one read: the baseline runs into the window
+                rows = store.load_partials(session, service, start - BASELINE, end)
+            else:
+                rows = [r for a, b in [*ranges, (start, end)] for r in store.load_partials(session, service, a, b)]
         window: dict[tuple[str, str], list[Partial]] = defaultdict(list)
         baseline: dict[tuple[str, str], list[Partial]] = defaultdict(list)
         for row in rows:

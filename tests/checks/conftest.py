@@ -65,6 +65,8 @@ def healthy(n: int, rng: np.random.Generator, **shift) -> pd.DataFrame:
         "stage.parse": np.zeros(n),
         "cache_hit": rng.random(n) < 0.6,
         "queue_depth": rng.poisson(4, n).astype(float),
+        "cache_version": ["v1"] * n,
+        "replica": rng.choice(["r0", "r1", "r2", "r3"], n),
     }
     cols.update(shift)
     return requests(n, **cols)

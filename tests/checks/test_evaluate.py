@@ -14,7 +14,7 @@ from checks.evaluate import evaluate
 from monitor.partials import Partial
 
 NAMES = {"missing_rate", "out_of_range", "unseen_categories", "drift", "latency", "cache_hit_rate",
-         "length_distribution", "prediction_drift", "service_signal"}
+         "length_distribution", "prediction_drift", "service_signal", "stale_cache", "hotspot", "oov_rate"}
 
 
 def test_every_check_is_registered_once_with_default_thresholds():

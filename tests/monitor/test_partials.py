@@ -15,7 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor.config import Schema
-from monitor.partials import ALL, LATENCY, MIXED, UNSEEN_KEEP, Partial, Sketch, fold, merge_all, merge_bytes
+from monitor.partials import (
+    ALL,
+    BINARY,
+    LATENCY,
+    MIXED,
+    UNSEEN_KEEP,
+    Partial,
+    Sketch,
+    fold,
+    merge_all,
+    merge_bytes,
+)
 from monitor.profile import build_profile
 
 T0 = pd.Timestamp("2026-03-01T00:00:00Z")
@@ -23,7 +34,8 @@ SCHEMA = Schema(features={"x": "numeric", "c": "categorical", "t": "text"}, sign
                 classes=["yes", "no"], segments=["region"])
 PROFILE = build_profile(pd.DataFrame({
     "x": np.linspace(0, 100, 101), "c": ["a", "b", "c"] * 33 + ["a", "a"], "t": ["abc", "abcdef", ""] * 33 + ["", ""],
-    "prediction": ["yes", "no"] * 50 + ["yes"], "score_yes": np.linspace(0, 1, 101)}), SCHEMA)
+    "prediction": ["yes", "no"] * 50 + ["yes"], "score_yes": np.linspace(0, 1, 101), "input_tokens": np.arange(101)}),
+    SCHEMA)
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
@@ -51,9 +63,14 @@ def by_key(rows) -> dict:
     return out
 
 
+def _digits(x: float) -> float:
+    """x to 11 significant digits (and 6 decimals): sums of epoch seconds (~1e9 each) are large."""
+    return round(float(f"{x:.11g}"), 6)
+
+
 def norm(p: Partial) -> tuple:
     """Everything exact, float sums rounded (addition order changes their last bits)."""
-    sk = {k: (s.pos, s.neg, s.zero, s.count, s.min, s.max, round(s.sum, 6), round(s.sumsq, 3))
+    sk = {k: (s.pos, s.neg, s.zero, s.count, s.min, s.max, _digits(s.sum), _digits(s.sumsq))
           for k, s in sorted(p.sketches.items())}
     return dict(p.counts), p.hists, sk, p.unseen, p.profile
 
@@ -121,6 +138,19 @@ def test_old_payloads_still_read():
     assert p.rows == 3 and p.hists == {} and p.sketches == {} and p.profile == ""
 
 
+def test_payloads_are_binary_and_fall_back_to_json_past_64_bits():
+    f = frame([{"minute": 0, "x": 1.0, "c": "zz", "t": "ab ab", "latency_ms": 3.0, "replica": "r1"}])
+    [row] = fold(f, timedelta(minutes=5), [], False, schema=SCHEMA, profile=PROFILE)
+    p = Partial.from_bytes(row.payload)
+    assert row.payload[:4] == BINARY and p.to_bytes() == row.payload and Partial.from_bytes(p._json()) == p
+    huge = Partial(p.counts + Counter({"rows": 2**70}), {"x": (2**70, 1)}, p.sketches, p.unseen, p.profile)
+    assert huge.to_bytes()[:1] == b"{" and Partial.from_bytes(huge.to_bytes()) == huge
+    for big in (2**20, 2**40):  # int32, int64
+        wide = Partial(p.counts + Counter({"rows": 2**70}), {"x": (big,) * 3}, p.sketches)
+        assert wide.to_bytes()[:4] == BINARY and Partial.from_bytes(wide.to_bytes()) == wide
+    assert Partial.from_bytes(Partial().to_bytes()) == Partial()
+
+
 # -- sketches --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("values", [
@@ -161,7 +191,7 @@ row_strategy = st.fixed_dictionaries({
     "status": st.sampled_from(["ok", "ok", "timeout", "error", "rejected"]),
     "x": st.one_of(st.none(), st.floats(-20, 120), st.sampled_from([math.inf, -math.inf, math.nan])),
     "c": st.one_of(st.none(), st.sampled_from(["a", "b", "c"]), st.text("pqrs", min_size=1, max_size=3)),
-    "t": st.one_of(st.none(), st.text("ab ", max_size=12)),
+    "t": st.one_of(st.none(), st.text("abcdef ,", max_size=24)),
     "latency_ms": st.one_of(st.floats(0, 5000), st.just(math.nan)),
     "stage.model": st.one_of(st.just(0.0), st.floats(0, 100)),
     "queue_depth": st.one_of(st.none(), st.floats(-10, 10)),
@@ -169,6 +199,14 @@ row_strategy = st.fixed_dictionaries({
     "prediction": st.sampled_from(["yes", "no"]),
     "score_yes": st.floats(0, 1),
     "region": st.sampled_from(["eu", "us", None]),
+    # what stale_cache, hotspot, oov_rate and the latency additions count
+    "cache_version": st.sampled_from(["v1", "v2", "pp1", "v1/pp1", None]),
+    "preprocess_version": st.sampled_from(["pp1", "pp2"]),
+    "replica": st.sampled_from(["r0", "r1", "r2", None]),
+    "cache_state": st.sampled_from(["cold", "warm", None]),
+    "ttft_ms": st.one_of(st.floats(0, 500), st.just(math.nan)),
+    "output_tokens": st.one_of(st.integers(0, 300), st.just(math.nan)),
+    "input_tokens": st.integers(0, 200),
 })
 rows_strategy = st.lists(row_strategy, min_size=1, max_size=40)
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

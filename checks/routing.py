@@ -1,0 +1,67 @@
+"""Hotspots: one route, expert or replica taking more than its share of traffic, or slower than the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.base import Finding, check
+from checks.stats import wilson
+from monitor.partials import ROUTE, ROUTING, Partial, Sketch
+from monitor.profile import Profile
+
+
+@dataclass(frozen=True)
+class HotspotThreshold:
+    """Share: breach when the busiest value's share is, with 95% confidence, more than `max_share_ratio`
+    times an even split (1 / values seen). Latency: breach when its `quantile` latency is more than
+    `max_ratio` times and `min_delta_ms` above that of the other values together."""
+
+    max_share_ratio: float = 1.5
+    min_n: int = 100  # routed requests below which the share says 'insufficient'
+    quantile: float = 0.95
+    max_ratio: float = 1.5
+    min_delta_ms: float = 5.0
+    tail_samples: int = 10  # the quantile needs tail_samples / (1 - quantile) values on both sides
+
+
+@check("hotspot", HotspotThreshold)
+def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
+            params: HotspotThreshold) -> list[Finding]:
+    """Per routing field in the window (`route`, `expert`, `replica`): the busiest value's share (0..1)
+    of routed requests vs an even split (labels field, measure=share), and its latency quantile in ms vs
+    the other values' (measure=latency). The busiest value is named in `detail.value`."""
+    out = []
+    for name in ROUTING:
+        prefix = f"{ROUTE}{name}="
+        counts = {k.removeprefix(prefix): c for k, c in window.counts.items() if k.startswith(prefix)}
+        if not counts:
+            continue
+        busiest, k = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        n, values = sum(counts.values()), len(counts)
+        even = 1 / values
+        low, high = wilson(k, n)
+        if n < params.min_n or values < 2:
+            status = "insufficient"
+        else:
+            status = "breach" if low > even * params.max_share_ratio else "ok"
+        out.append(Finding("hotspot", {"field": name, "measure": "share"}, k / n, status, n, baseline=even,
+                           effect=k / n / even, interval=(low, high),
+                           detail={"value": busiest, "requests": k, "values": values}))
+        mine = window.sketches.get(prefix + busiest, Sketch())
+        others = Sketch()
+        for key, sk in window.sketches.items():
+            if key.startswith(prefix) and key != prefix + busiest:
+                others = others.merge(sk)
+        q = params.quantile
+        value, base = mine.quantile(q), others.quantile(q)
+        need = int(round(params.tail_samples / (1 - q))) if q < 1 else 1 << 62
+        if mine.count < need or others.count < need or value is None or base is None:
+            status = "insufficient"
+        else:
+            slower = value > base * params.max_ratio and value - base > params.min_delta_ms
+            status = "breach" if slower else "ok"
+        out.append(Finding("hotspot", {"field": name, "measure": "latency"}, value, status, mine.count,
+                           baseline=base, effect=value / base if value is not None and base else None,
+                           detail={"value": busiest, "unit": "ms", "quantile": q, "others_n": others.count,
+                                   "needed_n": need}))
+    return out
