@@ -208,40 +208,323 @@ def _not_yet(command: str, issue: int, what: str) -> None:
     fail(f"`tailwatch {command}` is not available yet: {what} lands with issue #{issue}.")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def run() -> None:
-    """Run the daemon (scheduled ticks and nightly jobs)."""
-    _not_yet("run", 7, "the scheduled daemon")
+@app.command()
+def run(
+    once: Annotated[bool, typer.Option("--once", help="Run one tick job (tick, recovery, after-tick stages) and exit.")] = False,
+    now: Annotated[str | None, typer.Option(help="With --once: the clock for the tick (RFC 3339, UTC); default: now.")] = None,
+) -> None:
+    """Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics."""
+    from monitor import jobs, leader, logs
+    from monitor.daemon import Daemon
+
+    cfg = load_config()
+    store = open_store(cfg)
+    logs.setup(cfg.daemon.log_format, cfg.daemon.log_level, logs.config_secrets(cfg) + store._secrets)
+    if not once:
+        try:
+            code = Daemon(cfg, store).run()
+        except ValueError as exc:  # no leader lock for this database
+            fail(str(exc))
+        raise typer.Exit(code)
+    try:
+        lock = leader.for_store(store, cfg.daemon.lock_key)
+    except ValueError as exc:
+        fail(str(exc))
+    if not lock.acquire():
+        fail("another tailwatch process holds the leader lock; not ticking", code=3)
+    try:
+        reports = jobs.tick_job(cfg, leader.Fenced(store, lock), parse_now(now))
+    finally:
+        lock.release()
+    if any(r.status != "ok" for r in reports):
+        raise typer.Exit(1)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def backfill() -> None:
-    """Replay history in event-time order exactly as live ticks would."""
-    _not_yet("backfill", 7, "backfill")
+@app.command()
+def backfill(
+    since: Annotated[str, typer.Option(help="Where the replay clock starts (RFC 3339, UTC).")],
+    until: Annotated[str, typer.Option(help="Where it stops; rows after it are left for the daemon.")],
+    staging: Annotated[Path | None, typer.Option(help="Directory for the replayed files (default: beside the SQLite file, or ./tailwatch-backfill).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (rerun to resume).", min=1)] = None,
+) -> None:
+    """Replay history in event-time order exactly as live ticks would; rerun the same command to resume."""
+    from monitor import backfill as backfill_mod
+    from monitor import leader, logs
+
+    cfg = load_config()
+    store = open_store(cfg)
+    logs.setup(cfg.daemon.log_format, "WARNING", logs.config_secrets(cfg) + store._secrets)
+    start, end = parse_now(since), parse_now(until)
+    lock = leader.for_store(store, cfg.daemon.lock_key)
+    if not lock.acquire():
+        fail("another tailwatch process (the daemon?) holds the leader lock; stop it before a backfill", code=3)
+    try:
+        result = backfill_mod.run(cfg, leader.Fenced(store, lock), start, end, staging=staging, console=err,
+                                  max_steps=max_steps)
+    except backfill_mod.BackfillError as exc:
+        fail(str(exc))
+    finally:
+        lock.release()
+    resumed = f" (resumed after {result.resumed_from:%Y-%m-%d %H:%M})" if result.resumed_from else ""
+    state = "done" if result.done else "stopped; rerun the same command to resume"
+    out.print(f"backfill run {result.run_id}: {result.steps} steps{resumed}, clock at "
+              f"{result.reached:%Y-%m-%d %H:%M} UTC: {state}")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def nightly() -> None:
-    """Score every matured window against its delayed labels."""
-    _not_yet("nightly", 5, "label scoring")
+@app.command()
+def nightly(
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339, UTC); default: now.")] = None,
+    date: Annotated[str | None, typer.Option(help="Score as of the end of this UTC day (YYYY-MM-DD).")] = None,
+    service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """Score every matured window against its delayed labels (idempotent: a rerun rewrites the same results)."""
+    from datetime import timedelta
+
+    from monitor.nightly import run_nightly
+
+    if fmt not in ("table", "json"):
+        fail(f"--format: must be table or json, got {fmt!r}")
+    if now is not None and date is not None:
+        fail("give --now or --date, not both")
+    clock = parse_now(now)
+    if date is not None:
+        try:
+            clock = datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=UTC) + timedelta(days=1)
+        except ValueError:
+            fail(f"--date: not a date: {date!r} (use YYYY-MM-DD)")
+    cfg = load_config()
+    if service is not None and service not in [s.name for s in cfg.services]:
+        fail(f"--service: no service named {service!r}")
+    store = open_store(cfg)
+    if service is None:
+        from monitor import retention
+
+        retention.apply(cfg, store, clock)  # the same nightly run as the daemon's: compaction and expiry first
+    report = run_nightly(cfg, store, clock, service)
+    if fmt == "json":
+        print(json.dumps({"now": report.now, "seconds": report.seconds, "services": [
+            {k: v for k, v in s.__dict__.items() if k != "scored"} for s in report.services]}, indent=2))
+        return
+    table = Table(title=f"nightly quality  {report.now}  ({report.seconds:.2f} s)")
+    for col in ("service", "windows", "matured", "findings", "breaches", "pruned", "failed as miss"):
+        table.add_column(col, justify="left" if col == "service" else "right")
+    for s in report.services:
+        table.add_row(s.service, str(s.windows), str(s.matured), str(s.findings), str(len(s.breaches)),
+                      str(s.pruned), "yes" if s.failed_as_miss else "no")
+    out.print(table)
+    for s in report.services:
+        for line in s.breaches[:20]:
+            out.print(f"[red]breach[/] {s.service} {line}", highlight=False)
+        if s.estimate_error:
+            errs = ", ".join(f"{k} {v:.3f}" for k, v in sorted(s.estimate_error.items()))
+            out.print(f"[dim]{s.service}: estimate mean |error| vs realized: {errs}[/]", highlight=False)
+    if not report.services:
+        out.print("[yellow]no service has a `quality` section[/]")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def query() -> None:
-    """Query stored metrics, findings, incidents, quarantine and ticks."""
-    _not_yet("query", 8, "the query commands")
+# --- investigation: query, compare, report, explain (issue 8); defined in monitor.investigate.commands ---
+def _register_investigation() -> None:
+    from monitor.investigate.commands import register
+
+    register(app, load_config=load_config, open_store=open_store, fail=fail)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def explain() -> None:
-    """Explain an incident: verdict, evidence, what changed, next queries."""
-    _not_yet("explain", 8, "incident explanation")
+_register_investigation()
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def report() -> None:
-    """Write a self-contained HTML report."""
-    _not_yet("report", 8, "the HTML report")
+# --- scan (issue 10) ---
+@app.command()
+def scan(
+    dataset: Annotated[str, typer.Argument(help="Parquet dataset of joined prediction rows (path or fsspec URL).")],
+    since: Annotated[str | None, typer.Option(help="Only rows with ts at or after this (RFC 3339).")] = None,
+    until: Annotated[str | None, typer.Option(help="Only rows with ts before this (RFC 3339).")] = None,
+    engine: Annotated[str | None, typer.Option(help="local or dask (default: the config's engine.kind).")] = None,
+    scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address (default: engine.scheduler).")] = None,
+    service: Annotated[str | None, typer.Option(help="The service the rows belong to (default: the only one).")] = None,
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339): windows ending later are not scored.")] = None,
+) -> None:
+    """Fold a Parquet dataset into bucket partials (locally or on Dask), store them, score their windows."""
+    from monitor.engines.scan import run_scan
+    from monitor.runner import describe_labels
+
+    cfg = load_config()
+    chosen = [s for s in cfg.services if service in (None, s.name)]
+    if len(chosen) != 1:
+        fail(f"--service: {'no service named ' + repr(service) if service else 'several services'}; "
+             f"one of {[s.name for s in cfg.services]}")
+    try:
+        settings = cfg.engine.model_copy(update={k: v for k, v in (("kind", engine), ("scheduler", scheduler))
+                                                 if v is not None})
+        settings = config_mod.Engine.model_validate(settings.model_dump())
+    except ValueError as exc:
+        fail(f"--engine/--scheduler: {_safe(exc)}")
+    for name, value in (("since", since), ("until", until)):
+        try:
+            pd.Timestamp(value)
+        except ValueError:
+            fail(f"--{name}: not a timestamp: {value!r} (use RFC 3339, e.g. 2026-11-02T00:00:00Z)")
+    bounds = [None if v is None else parse_now(v) for v in (since, until)]
+    store = open_store(cfg)
+    try:
+        report = run_scan(cfg, chosen[0], store, dataset, parse_now(now), *bounds, engine=settings)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot scan {dataset}: {type(exc).__name__}: {_safe(exc)}")
+    result = report.result
+    table = Table(title=f"scan {dataset}  engine {settings.kind}  service {chosen[0].name}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    for key in ("read", "accepted", "folded", "joined", "unmatched", "duplicates", "outside"):
+        table.add_row(key, f"{result.counts[key]:,}")
+    for key, n in sorted(result.counts.items()):
+        if "quarantined:" in key:
+            table.add_row(key, f"{n:,}")
+    table.add_row("chunks / partitions", f"{result.chunks:,}")
+    table.add_row("partials", f"{len(result.partials):,}")
+    table.add_row("partial bytes gathered", f"{result.gathered_bytes:,}")
+    table.add_row("fold time", f"{result.seconds:.2f} s")
+    table.add_row("findings", f"{report.findings:,}")
+    out.print(table)
+    breaches = [(s, f) for s in report.scored for f in s.findings if f.status == "breach"]
+    for s, f in breaches[:30]:
+        out.print(f"[red]breach[/] {s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m "
+                  f"{s.model_version} {f.check} {describe_labels(f.labels)} (n={f.n})", highlight=False, soft_wrap=True)
+    if len(breaches) > 30:
+        out.print(f"... and {len(breaches) - 30} more breaches (see `tailwatch query`)", highlight=False)
+
+
+# --- alerts, silences and notifications (issue 6) ---
+silence_app = typer.Typer(no_args_is_help=True, help="Silences: mute notifications of matching alerts for a while.")
+app.add_typer(silence_app, name="silence")
+notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")
+app.add_typer(notify_app, name="notify")
+
+
+@app.command("alerts")
+def alerts_list(
+    show_all: Annotated[bool, typer.Option("--all", help="Also inactive and resolved alerts.")] = False,
+    now: Annotated[str | None, typer.Option(help="The clock for silences (RFC 3339); default: now.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """List active (pending and firing) alerts with their verdict, since when, and what mutes them."""
+    from sqlalchemy import select
+
+    from monitor.alerts import Alert, muted_by
+    from storage.models import AlertState
+
+    cfg = load_config()
+    store = open_store(cfg)
+    clock = parse_now(now)
+    with store.transaction() as session:
+        rows = list(session.scalars(select(AlertState).order_by(AlertState.service, AlertState.alertname)))
+        silences = store.load_silences(session, clock)
+        incidents = store.load_incidents(session, status="open")
+    alerts = [Alert(r.fingerprint, dict(r.labels or {}), r.state, r.active_since, r.fired_at, r.resolved_at,
+                    r.last_active_at, r.last_eval_at, dict(r.annotations or {})) for r in rows]
+    firing = [a for a in alerts if a.state == "firing"]
+    shown = [a for a in alerts if show_all or a.state in ("pending", "firing")]
+    records = [{"fingerprint": a.fingerprint, "state": a.state, "labels": a.labels,
+                "since": (a.fired_at or a.active_since or a.resolved_at), "summary": a.annotations.get("summary", ""),
+                "muted": muted_by(a, firing, silences, cfg.alerts, clock)} for a in shown]
+    if fmt == "json":
+        print(json.dumps({"alerts": records, "open_incidents": incidents}, indent=2, default=str))
+        return
+    table = Table(title=f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))")
+    for col in ("state", "alert", "labels", "since (UTC)", "muted", "summary"):
+        table.add_column(col, overflow="fold")
+    for r in records:
+        labels = {k: v for k, v in r["labels"].items() if k != "alertname"}
+        since = r["since"].strftime("%Y-%m-%d %H:%M") if r["since"] else "-"
+        table.add_row(r["state"], r["labels"].get("alertname", ""), " ".join(f"{k}={v}" for k, v in sorted(labels.items())),
+                      since, r["muted"] or "", r["summary"])
+    out.print(table)
+    if not shown:
+        out.print("[green]no active alerts[/]")
+
+
+@silence_app.command("create")
+def silence_create(
+    matcher: Annotated[list[str], typer.Option("--matcher", "-m", help="label=value, label!=value, label=~regex "
+                                                "or label!~regex; repeat for several (all must match).")],
+    duration: Annotated[str, typer.Option(help="How long, e.g. 2h, 30m, 1d.")] = "2h",
+    comment: Annotated[str, typer.Option(help="Why (shown in `silence list`).")] = "",
+    created_by: Annotated[str | None, typer.Option("--by", help="Who (default: $USER).")] = None,
+    now: Annotated[str | None, typer.Option(help="Start (RFC 3339); default: now.")] = None,
+) -> None:
+    """Mute notifications of every alert matching all the matchers, for `duration`."""
+    import getpass
+
+    from monitor.alerts import parse_matcher
+
+    try:
+        matchers = [parse_matcher(m) for m in matcher]
+        length = config_mod.parse_duration(duration)
+    except ValueError as exc:
+        fail(str(exc))
+    if length.total_seconds() <= 0:
+        fail(f"--duration: must be positive, got {duration!r}")
+    cfg = load_config()
+    store = open_store(cfg)
+    start = parse_now(now)
+    with store.transaction() as session:
+        sid = store.add_silence(session, matchers, created_by or getpass.getuser(), comment, start, start + length)
+    out.print(f"silence {sid} until {start + length:%Y-%m-%d %H:%M} UTC: "
+              + ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in matchers), highlight=False)
+
+
+@silence_app.command("list")
+def silence_list(
+    show_all: Annotated[bool, typer.Option("--all", help="Also expired silences.")] = False,
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+) -> None:
+    """List silences in force (or all of them)."""
+    cfg = load_config()
+    store = open_store(cfg)
+    clock = parse_now(now)
+    with store.transaction() as session:
+        rows = store.load_silences(session, None if show_all else clock)
+    table = Table(title="silences")
+    for col in ("id", "matchers", "starts (UTC)", "ends (UTC)", "state", "by", "comment"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        state = "active" if r["starts_at"] <= clock < r["ends_at"] else ("expired" if r["ends_at"] <= clock else "pending")
+        table.add_row(str(r["id"]), ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in r["matchers"]),
+                      f"{r['starts_at']:%Y-%m-%d %H:%M}", f"{r['ends_at']:%Y-%m-%d %H:%M}", state, r["created_by"],
+                      r["comment"])
+    out.print(table)
+
+
+@silence_app.command("expire")
+def silence_expire(
+    silence_id: Annotated[int, typer.Argument(help="The silence id (see `tailwatch silence list`).")],
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+) -> None:
+    """End a silence now."""
+    cfg = load_config()
+    store = open_store(cfg)
+    with store.transaction() as session:
+        done = store.expire_silence(session, silence_id, parse_now(now))
+    if not done:
+        fail(f"no silence {silence_id} in force")
+    out.print(f"silence {silence_id} expired")
+
+
+@notify_app.command("drain")
+def notify_drain(
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+) -> None:
+    """Send the notifications due in the outbox (retries wait for their backoff)."""
+    from monitor.notify import drain
+
+    cfg = load_config()
+    store = open_store(cfg)
+    report = drain(cfg, store, parse_now(now))
+    out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
+              + (f" ({report.note})" if report.note else ""), highlight=False)
+    for line in report.errors:
+        err.print(f"[yellow]-[/] {line}", highlight=False)
+    if report.failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -207,6 +207,147 @@ class Join(_Model):
     lateness: Duration = timedelta(minutes=10)
 
 
+def expression_columns(expression: str) -> set[str]:
+    """The column names a group expression (`tenure < 12 and Contract == 'One year'`) reads; ValueError
+    for anything beyond comparisons of columns with constants (no calls, attributes or `@` variables)."""
+    import ast
+
+    # Syntax allowed: comparisons of declared columns with constants, joined by and/or/not/&/|.
+    allowed = (ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load,
+               ast.And, ast.Or, ast.Not, ast.USub, ast.BinOp, ast.BitAnd, ast.BitOr, ast.List, ast.Tuple,
+               ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq, ast.In, ast.NotIn)
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not an expression: {expression!r}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed) or (isinstance(node, ast.BinOp)
+                                                 and not isinstance(node.op, ast.BitAnd | ast.BitOr)):
+            raise ValueError(f"group expression {expression!r} may only compare columns with constants "
+                             f"(found {type(node).__name__})")
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+class QualityRule(_Model):
+    """One acceptance rule: `metric` of `class` in `group` drops by at most `max_drop` from its baseline,
+    or stays at or above `min`; it breaches only when the whole 95% interval is past the tolerance."""
+
+    name: str | None = None
+    metric: Literal["precision", "recall", "f1", "accuracy", "roc_auc", "pr_auc"]
+    class_: str = Field("macro", alias="class")  # a class, `macro`, `weighted`, or `all` (accuracy)
+    group: str = "all"  # a group name, `all`, or `*` (every group: "each key group stays above its floor")
+    max_drop: float | None = Field(None, ge=0)
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _one_tolerance(self) -> QualityRule:
+        if (self.max_drop is None) == (self.min is None):
+            raise ValueError("give exactly one of max_drop or min")
+        return self
+
+
+class Quality(_Model):
+    """Delayed-label quality: how labels wait and mature, which groups are scored, and acceptance rules."""
+
+    windows: list[Duration] = Field(default_factory=lambda: [timedelta(days=1)])
+    label_horizon: Duration = timedelta(days=7)  # a label waits this long for its prediction, then quarantine
+    maturity_horizon: Duration = timedelta(days=14)  # a window is scored this long after it ends ...
+    coverage_threshold: float = Field(0.8, gt=0, le=1)  # ... or once this share of it is labelled
+    min_n: int = Field(30, ge=1)  # fewer samples: status `insufficient`, never an alert
+    groups: dict[str, str] = Field(default_factory=dict)  # name -> expression, e.g. {short_tenure: "tenure < 12"}
+    length_buckets: dict[str, list[float]] = Field(default_factory=dict)  # text feature -> length edges (chars)
+    accepted_version: str | None = None  # baseline of acceptance rules when it scored the same window
+    failed_as_miss: bool = False  # labelled failed / timed-out / rejected requests count as wrong predictions
+    rules: list[QualityRule] = Field(default_factory=list)
+    bootstrap_samples: int = Field(200, ge=20, le=5000)
+    seed: int = 0
+    calibration_bins: int = Field(10, ge=2, le=100)
+    bias_tolerance: float = Field(0.05, ge=0, le=1)  # labelled-share gap between predicted classes flagged
+    retention: Duration = timedelta(days=35)  # scored predictions and labels kept; nightly looks this far back
+    tick_windows: int = Field(12, ge=1)  # newest windows per length a tick re-scores; nightly does them all
+
+    @field_validator("groups")
+    @classmethod
+    def _expressions(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, expression in value.items():
+            if name in ("all", "*") or "=" in name:
+                raise ValueError(f"group name {name!r} is reserved (all, *, or a segment's `column=value`)")
+            expression_columns(expression)
+        return value
+
+    @field_validator("length_buckets")
+    @classmethod
+    def _edges(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
+        for name, edges in value.items():
+            if not edges or list(edges) != sorted(set(edges)):
+                raise ValueError(f"length_buckets.{name}: edges must be increasing and non-empty")
+        return value
+
+
+class Constraint(_Model):
+    """A hard release constraint on one `tailwatch compare` metric (e.g. `total_p99_ms`, `error_rate`,
+    `cost_per_1k`): an absolute `max` / `min`, and/or `max_ratio` of candidate to baseline."""
+
+    metric: str
+    max: float | None = None
+    min: float | None = None
+    max_ratio: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Constraint:
+        if self.max is None and self.min is None and self.max_ratio is None:
+            raise ValueError(f"constraint on {self.metric}: give max, min or max_ratio")
+        return self
+
+
+class Compare(_Model):
+    """`tailwatch compare` (issue 8): serving price per hour (per version where it differs) and the
+    hard constraints a candidate must meet."""
+
+    hourly_price: float | None = Field(None, ge=0)
+    version_prices: dict[str, float] = Field(default_factory=dict)
+    constraints: list[Constraint] = Field(default_factory=list)
+
+    def price(self, version: str) -> float | None:
+        """Hourly price of serving `version` (its own, else hourly_price; None when not configured)."""
+        return self.version_prices.get(version, self.hourly_price)
+
+
+# --- SLO rules (issue 6) ---
+
+
+class BurnRate(_Model):
+    """One multi-window burn-rate condition: the error budget burns at least `factor` times too fast over
+    both the `long` and the `short` window (Google SRE workbook, 'multiwindow, multi-burn-rate')."""
+
+    long: Duration
+    short: Duration
+    factor: float = Field(gt=0)
+
+
+class SloRule(_Model):
+    """An SLO rule: `slo` like "p95 total latency <= 100 ms" or "timeout rate <= 0.5%", checked on the
+    last complete `window` (or, with `burn_rate`, on its long and short windows), alerting after `for`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    slo: str
+    severity: Literal["page", "warn", "info"] = "warn"
+    window: Duration | None = None  # default: the service's smallest window
+    for_: Duration = Field(timedelta(0), alias="for")
+    keep_firing_for: Duration = timedelta(0)
+    burn_rate: list[BurnRate] = Field(default_factory=list)
+    min_n: int | None = Field(None, gt=0)  # requests below which the rule neither fires nor resolves
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("slo")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        from monitor.rules import parse_objective
+
+        parse_objective(value)
+        return value
+
+
 class Service(_Model):
     """One watched model or service: its sources, schema, reference and bucketing."""
 
@@ -217,6 +358,46 @@ class Service(_Model):
     buckets: Buckets = Field(default_factory=Buckets)
     join: Join = Field(default_factory=Join)
     # --- per-service settings of later stages: checks (issue 4), quality (issue 5), rules (issue 6) ---
+    # check name -> overrides of its threshold fields (checks/<family>.py; defaults are the class's) (issue 4)
+    checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # the history that latency, cache and signal checks compare a window with (issue 4)
+    baseline: Literal["trailing_24h", "same_hour_7d"] = "trailing_24h"
+
+    @field_validator("checks")
+    @classmethod
+    def _known_checks(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        from checks.evaluate import thresholds  # the registry imports config: import it when validating
+
+        thresholds(value)
+        return value
+
+    def check_params(self) -> dict[str, Any]:
+        """Check name -> its threshold object, for the checks this service overrides (issue 4)."""
+        from checks.evaluate import thresholds
+
+        return thresholds(self.checks)
+    quality: Quality | None = None  # delayed-label quality (issue 5); None: labels are not scored
+    compare: Compare = Field(default_factory=Compare)  # `tailwatch compare` (issue 8)
+    rules: list[SloRule] = Field(default_factory=list)  # SLO rules (issue 6)
+    accepted_versions: list[str] = Field(default_factory=list)  # known-good model versions: rollback targets
+
+    @model_validator(mode="after")
+    def _quality_columns(self) -> Service:
+        if self.quality is None:
+            return self
+        texts = [f for f, k in self.schema_.features.items() if k == "text"]
+        known = set(self.schema_.features) | set(self.schema_.segments) | {f"{t}_length" for t in texts}
+        for name, expression in self.quality.groups.items():
+            unknown = expression_columns(expression) - known
+            if unknown:
+                raise ValueError(f"quality.groups.{name}: {sorted(unknown)} not declared (use features, "
+                                 f"segments or <text feature>_length: {sorted(known)})")
+        bad = [t for t in self.quality.length_buckets if t not in texts]
+        if bad:
+            raise ValueError(f"quality.length_buckets: {bad} are not text features ({texts})")
+        if self.sources.labels is None:
+            raise ValueError("quality needs sources.labels")
+        return self
 
 
 class Storage(_Model):
@@ -252,11 +433,191 @@ class Limits(_Model):
     chunk_bytes: int = Field(32 * 1024 * 1024, gt=0)
 
 
+# --- daemon (issue 7) ---
+
+
+class Health(_Model):
+    """Where `/livez`, `/readyz` and `/metrics` listen; port null turns the server off."""
+
+    host: str = "127.0.0.1"
+    port: int | None = Field(9464, ge=0, le=65535)
+
+
+class Tier(_Model):
+    """Bucket partials older than `after` are merged into buckets of `bucket` (a whole multiple)."""
+
+    after: Duration
+    bucket: Duration
+
+
+class Retention(_Model):
+    """How long stored rows are kept; partials are compacted tier by tier, never dropped unless asked."""
+
+    tiers: list[Tier] = Field(default_factory=lambda: [
+        Tier(after=timedelta(days=14), bucket=timedelta(hours=1)),
+        Tier(after=timedelta(days=90), bucket=timedelta(days=1)),
+    ])
+    partials: Duration | None = None  # drop partials older than this (null: keep the daily tier forever)
+    quarantine: Duration = timedelta(days=30)
+    outbox_sent: Duration = timedelta(days=14)
+    ticks: Duration = timedelta(days=90)
+    job_events: Duration = timedelta(days=30)
+
+    @model_validator(mode="after")
+    def _tiers_grow(self) -> Retention:
+        for a, b in zip(self.tiers, self.tiers[1:], strict=False):
+            if b.after <= a.after or b.bucket % a.bucket:
+                raise ValueError(f"tiers must grow: {b.bucket} after {b.after} must follow {a.bucket} after "
+                                 f"{a.after} with a later `after` and a whole multiple of its bucket")
+        for t in self.tiers:
+            if t.bucket <= timedelta(0) or timedelta(days=1) % t.bucket and t.bucket % timedelta(days=1):
+                raise ValueError(f"tier bucket {t.bucket} must divide a day or be whole days")
+        return self
+
+
+class Daemon(_Model):
+    """`tailwatch run`: schedule, leader lock, health server, shutdown bound, logs and retention."""
+
+    interval: Duration = timedelta(minutes=1)  # between tick jobs
+    nightly: str | None = "30 2 * * *"  # cron (UTC) of the nightly job; null when a CronJob runs it instead
+    tick_misfire_grace: Duration = timedelta(seconds=30)
+    nightly_misfire_grace: Duration = timedelta(hours=1)
+    heartbeat_interval: Duration = timedelta(seconds=10)
+    heartbeat_max_age: Duration = timedelta(minutes=2)  # /livez fails past this
+    shutdown_timeout: Duration = timedelta(seconds=30)  # SIGTERM to exit, the running tick included
+    lock_key: int = Field(0x7461696C, ge=-(2**63), le=2**63 - 1)  # PostgreSQL advisory lock id ("tail")
+    lock_retry: Duration = timedelta(seconds=5)  # how often a follower tries for the lock
+    leader_check: Duration = timedelta(seconds=5)  # how often the leader checks its lock connection
+    health: Health = Field(default_factory=Health)
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Values kept out of logs and stored messages besides every other `Secret` of this config (which always are).
+    redact: list[Secret] = Field(default_factory=list)
+    retention: Retention = Field(default_factory=Retention)
+
+    @field_validator("nightly")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None:
+            from monitor.scheduler import check_cron
+
+            check_cron(value)
+        return value
+
+    @model_validator(mode="after")
+    def _positive(self) -> Daemon:
+        for name in ("interval", "heartbeat_interval", "shutdown_timeout", "lock_retry", "leader_check"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.heartbeat_max_age <= self.heartbeat_interval:
+            raise ValueError("heartbeat_max_age must exceed heartbeat_interval")
+        return self
+
+
+# --- alerts and Slack (issue 6) ---
+
+
+class InhibitRule(_Model):
+    """While an alert matching `source` fires, alerts matching `target` with the same values of the
+    `equal` labels are muted (Alertmanager's inhibit_rules, exact matches)."""
+
+    source: dict[str, str]
+    target: dict[str, str]
+    equal: list[str] = Field(default_factory=list)
+
+
+class SlackRoute(_Model):
+    """Send groups whose labels (severity included) match every pair of `match` to `channel`."""
+
+    match: dict[str, str]
+    channel: str
+
+
+class Slack(_Model):
+    """Slack delivery: a bot token (Web API: post, update in place, thread replies) or, as a post-only
+    fallback, an incoming webhook URL. Both are secrets: env var or file only."""
+
+    token: Secret | None = None
+    webhook_url: Secret | None = None
+    channel: str | None = None  # default channel (name or id)
+    routes: list[SlackRoute] = Field(default_factory=list)
+    base_url: str = "https://slack.com/api/"
+    timeout: Duration = timedelta(seconds=10)
+    max_attempts: int = Field(50, gt=0)  # per outbox item, then it is marked failed
+    explain_command: str = "tailwatch explain {incident} --service {service}"  # {incident} {service} {model_version}
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Slack:
+        if self.token is not None and self.channel is None and not self.routes:
+            raise ValueError("slack.token needs a channel (or routes)")
+        return self
+
+
+class VerdictAlerts(_Model):
+    """How verdicts become alerts: ModelRegression (slower / worse / both) and InputDrift (drift). `for`
+    is 0 by default: a verdict already weighs a whole window with each check's own significance test, and
+    a new version is compared with its predecessor only until it has history of its own."""
+
+    for_: Duration = Field(timedelta(0), alias="for")
+    keep_firing_for: Duration = timedelta(minutes=30)
+    regression_severity: Literal["page", "warn", "info"] = "page"
+    drift_severity: Literal["page", "warn", "info"] = "warn"
+
+
+class NoDataAlerts(_Model):
+    """`no_data`: no prediction logged in the last complete window, or (with `quality`) no label at all
+    for the newest quality window that ended `labels_after` ago."""
+
+    for_: Duration = Field(timedelta(minutes=30), alias="for")
+    severity: Literal["page", "warn", "info"] = "page"
+    labels_after: Duration = timedelta(days=2)
+    labels_severity: Literal["page", "warn", "info"] = "warn"
+
+
+def _default_inhibit() -> list[InhibitRule]:
+    return [
+        # A stale pipeline says nothing about the inputs: mute drift while no data arrives.
+        InhibitRule(source={"alertname": "no_data"}, target={"alertname": "InputDrift"}, equal=["service"]),
+        # A regression's message already names the input changes that came with it.
+        InhibitRule(source={"alertname": "ModelRegression"}, target={"alertname": "InputDrift"},
+                    equal=["service", "model_version"]),
+    ]
+
+
+class Alerts(_Model):
+    """Alert grouping, timing, inhibition and delivery (Alertmanager semantics)."""
+
+    group_by: list[str] = Field(default_factory=lambda: ["service", "model_version"])
+    group_wait: Duration = timedelta(seconds=30)
+    group_interval: Duration = timedelta(minutes=5)
+    repeat_interval: Duration = timedelta(hours=4)
+    verdict: VerdictAlerts = Field(default_factory=VerdictAlerts)
+    no_data: NoDataAlerts = Field(default_factory=NoDataAlerts)
+    inhibit: list[InhibitRule] = Field(default_factory=_default_inhibit)
+    slack: Slack | None = None
+
+
+# --- scale-out engine (issue 10) ---
+
+
+class Engine(_Model):
+    """Where `tailwatch scan` folds a Parquet dataset into bucket partials (docs/scale.md)."""
+
+    kind: Literal["local", "dask"] = "local"
+    # A running Dask scheduler (tcp://host:8786, tls://...); null starts a LocalCluster for the scan.
+    scheduler: str | None = Field(None, pattern=r"^(tcp|tls|ucx|inproc|ws|wss)://\S+$")
+    n_workers: int = Field(2, gt=0)  # LocalCluster worker processes (one thread each); unused with `scheduler`
+    partition_rows: int = Field(250_000, gt=0)  # rows folded at once: per local chunk, per slice of a partition
+
+
 class Config(_Model):
     storage: Storage = Field(default_factory=Storage)
     limits: Limits = Field(default_factory=Limits)
     services: list[Service] = Field(min_length=1)
     # --- process-wide settings of later stages: alerts and Slack (issue 6), daemon (issue 7) ---
+    alerts: Alerts = Field(default_factory=Alerts)  # issue 6
+    daemon: Daemon = Field(default_factory=Daemon)  # issue 7
+    engine: Engine = Field(default_factory=Engine)  # issue 10
 
     @model_validator(mode="before")
     @classmethod
@@ -277,6 +638,10 @@ class Config(_Model):
         secrets = [self.storage.password] + [
             src.password for svc in self.services for src in svc.sources.__dict__.values() if isinstance(src, SqlSource)
         ]
+        # --- reliability and security (issue 9): Slack and redacted secrets are checked too ---
+        if self.alerts.slack is not None:
+            secrets += [self.alerts.slack.token, self.alerts.slack.webhook_url]
+        secrets += self.daemon.redact
         return [w for s in secrets if s is not None for w in s.warnings()]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -226,13 +227,19 @@ class AlertState(Base):
     last_eval_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     annotations: Mapped[Any] = mapped_column(JSONText, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    # Added by migration 0004 (issue 6):
+    service: Mapped[str | None] = mapped_column(String, nullable=True)
+    alertname: Mapped[str | None] = mapped_column(String, nullable=True)
+    last_active_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)  # for keep_firing_for
+    keep_firing_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    group_fingerprint: Mapped[str | None] = mapped_column(String, nullable=True)
 
 
 class Outbox(Base):
     """A notification written before it is sent; a channel outage delays it, never loses it."""
 
     __tablename__ = "outbox"
-    __table_args__ = (Index(None, "status", "next_attempt_at"),)
+    __table_args__ = (Index(None, "status", "next_attempt_at"), Index(None, "incident_id"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     dedup_key: Mapped[str] = mapped_column(String, nullable=False, unique=True)
@@ -245,6 +252,9 @@ class Outbox(Base):
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_error: Mapped[str | None] = mapped_column(String, nullable=True)
     external_id: Mapped[str | None] = mapped_column(String, nullable=True)  # e.g. Slack message ts
+    # Added by migration 0004 (issue 6): which incident, and post | update | reply.
+    incident_id: Mapped[int | None] = mapped_column(BigId, nullable=True)
+    kind: Mapped[str | None] = mapped_column(String, nullable=True)
 
 
 class QuarantineRow(Base):
@@ -294,7 +304,178 @@ class ReferenceProfile(Base):
 # --- labels and quality (migration 0003, issue 5) ---
 
 
+class ScoredPrediction(Base):
+    """What quality needs of one prediction, kept until its label arrives: written at ingest for services
+    with a `quality` section. `attrs` holds only the segment, group and input-length values groups use."""
+
+    __tablename__ = "scored_predictions"
+    __table_args__ = (Index(None, "service", "ts"),)
+
+    service: Mapped[str] = mapped_column(String, primary_key=True)
+    request_id: Mapped[str] = mapped_column(String, primary_key=True)
+    model_version: Mapped[str] = mapped_column(String, primary_key=True)  # shadow versions share ids
+    ts: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)  # prediction time: windows by this
+    status: Mapped[str] = mapped_column(String, nullable=False)
+    prediction: Mapped[str | None] = mapped_column(String, nullable=True)
+    scores: Mapped[Any] = mapped_column(JSONText, nullable=True)  # {class: score}
+    attrs: Mapped[Any] = mapped_column(JSONText, nullable=True)  # {column: value}
+
+
+class LabelRow(Base):
+    """The latest label of one request; `changes` counts later labels that said something else."""
+
+    __tablename__ = "labels"
+    __table_args__ = (Index(None, "service", "first_seen"),)
+
+    service: Mapped[str] = mapped_column(String, primary_key=True)
+    request_id: Mapped[str] = mapped_column(String, primary_key=True)
+    label: Mapped[str] = mapped_column(String, nullable=False)
+    label_ts: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)  # the tick clock when first read
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)  # tick clock of the last change
+    changes: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+
+
+
 # --- verdicts, alerts, silences and notifications (migration 0004, issue 6) ---
 
 
+class VerdictRow(Base):
+    """The verdict of one model version on one window: slower / worse / both / drift / healthy /
+    insufficient_data / no_data, with its evidence, attribution and next steps; rewritten when re-scored."""
+
+    __tablename__ = "verdicts"
+    __table_args__ = (
+        UniqueConstraint("service", "model_version", "window_start", "window_end", name="uq_verdicts_identity"),
+        Index(None, "service", "window_end"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    service: Mapped[str] = mapped_column(String, nullable=False)
+    model_version: Mapped[str] = mapped_column(String, nullable=False)
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    window_end: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    verdict: Mapped[str] = mapped_column(String, nullable=False)
+    estimated: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    rows: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    evidence: Mapped[Any] = mapped_column(JSONText, nullable=True)  # [{check, labels, value, baseline, n, ...}]
+    attribution: Mapped[Any] = mapped_column(JSONText, nullable=True)  # {stages: {stage: share}, signals: [...]}
+    what_changed: Mapped[Any] = mapped_column(JSONText, nullable=True)  # [{kind, value, first_seen, text}]
+    next_steps: Mapped[Any] = mapped_column(JSONText, nullable=True)  # [str]
+    rollback_to: Mapped[str | None] = mapped_column(String, nullable=True)
+    summary: Mapped[str] = mapped_column(String, nullable=False, default="", server_default="")
+    incident_id: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("incidents.id", ondelete="SET NULL"), nullable=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class Incident(Base):
+    """One notification group's life from its first firing alert to its resolution (one Slack thread)."""
+
+    __tablename__ = "incidents"
+    __table_args__ = (Index(None, "service", "status"), Index(None, "fingerprint", "status"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    service: Mapped[str] = mapped_column(String, nullable=False)
+    model_version: Mapped[str | None] = mapped_column(String, nullable=True)
+    verdict: Mapped[str] = mapped_column(String, nullable=False)  # or the alertname (no_data, tick_error, a rule)
+    status: Mapped[str] = mapped_column(String, nullable=False)  # open | resolved
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    first_window_start: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_window_end: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    fingerprint: Mapped[str] = mapped_column(String, nullable=False)  # of the group's label set
+    group_labels: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    summary: Mapped[Any] = mapped_column(JSONText, nullable=True)  # what the last notification said
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    notified_hash: Mapped[str | None] = mapped_column(String, nullable=True)  # content last notified
+    last_notified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    channel: Mapped[str | None] = mapped_column(String, nullable=True)
+    slack_ts: Mapped[str | None] = mapped_column(String, nullable=True)  # the thread's parent message
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class Silence(Base):
+    """Mutes notifications of every alert whose labels match all `matchers` between starts_at and ends_at."""
+
+    __tablename__ = "silences"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    matchers: Mapped[Any] = mapped_column(JSONText, nullable=False)  # [{name, value, op: = != =~ !~}]
+    created_by: Mapped[str] = mapped_column(String, nullable=False)
+    comment: Mapped[str] = mapped_column(String, nullable=False, default="")
+    starts_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    ends_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class AlertCursor(Base):
+    """The last tick of a service whose findings have been turned into verdicts."""
+
+    __tablename__ = "alert_cursors"
+
+    service: Mapped[str] = mapped_column(String, primary_key=True)
+    last_tick_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class VersionSeen(Base):
+    """When a version (model_version, preprocess_version, config_hash ...) of a service was first seen."""
+
+    __tablename__ = "versions_seen"
+
+    service: Mapped[str] = mapped_column(String, primary_key=True)
+    kind: Mapped[str] = mapped_column(String, primary_key=True)  # model_version | preprocess_version | ...
+    value: Mapped[str] = mapped_column(String, primary_key=True)
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)  # event time (bucket start)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+
 # --- operations (migration 0005, issue 7) ---
+
+
+class DaemonHeartbeat(Base):
+    """The last sign of life of one daemon process (`host:pid`), leader or follower."""
+
+    __tablename__ = "daemon_heartbeats"
+
+    instance: Mapped[str] = mapped_column(String, primary_key=True)
+    role: Mapped[str] = mapped_column(String, nullable=False)  # leader | follower
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    beat_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    last_tick_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_tick_status: Mapped[str | None] = mapped_column(String, nullable=True)
+
+
+class JobEvent(Base):
+    """A scheduled job that failed, or a run the scheduler missed: what the alert stage raises an
+    `error` alert from."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_at", "at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    job: Mapped[str] = mapped_column(String, nullable=False)  # tick | nightly | tick:<stage> | ...
+    kind: Mapped[str] = mapped_column(String, nullable=False)  # error | missed
+    instance: Mapped[str] = mapped_column(String, nullable=False)
+    message: Mapped[str] = mapped_column(String, nullable=False, default="", server_default="")
+
+
+class BackfillProgress(Base):
+    """One `tailwatch backfill` run: its clock range and the last step it completed."""
+
+    __tablename__ = "backfill_progress"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    since: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    until: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    step_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
+    reached: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)  # clock of the last step done
+    status: Mapped[str] = mapped_column(String, nullable=False)  # running | done
+    staging: Mapped[str] = mapped_column(String, nullable=False)  # directory of the replayed files
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)

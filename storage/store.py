@@ -28,11 +28,15 @@ from storage.models import (
     EXCERPT_MAX_CHARS,
     BucketPartial,
     FindingRow,
+    Incident,
     JoinPending,
     QuarantineRow,
     ReferenceProfile,
+    Silence,
     SourceOffset,
     Tick,
+    VerdictRow,
+    VersionSeen,
     finite_or_none,
     labels_key,
 )
@@ -51,6 +55,10 @@ FINDING_OPTIONAL = (
     "p_value", "n", "detail", "created_at",
 )
 FINDING_FLOATS = ("value", "baseline", "effect", "interval_low", "interval_high", "p_value")
+VERDICT_FIELDS = (
+    "verdict", "estimated", "rows", "evidence", "attribution", "what_changed", "next_steps", "rollback_to",
+    "summary", "incident_id",
+)
 
 
 class StoreError(RuntimeError):
@@ -600,6 +608,424 @@ class Store:
 
     # --- labels and quality (issue 5) ---
 
+    @staticmethod
+    def _parts(items: list, size: int) -> Iterator[list]:
+        for i in range(0, len(items), size):
+            yield items[i:i + size]
+
+    def add_scored_predictions(self, session: Session, service: str, rows: list[dict[str, Any]]) -> int:
+        """Insert scored predictions (keys: request_id, model_version, ts, status, prediction, scores,
+        attrs); a (request_id, model_version) already stored keeps its first row. Returns rows given."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        from storage.models import ScoredPrediction
+
+        if not rows:
+            return 0
+        dialect = sqlite if session.get_bind().dialect.name == "sqlite" else postgresql
+        values = [{**r, "service": service, "ts": utc(r["ts"])} for r in rows]
+        for part in self._parts(values, 2000):
+            session.execute(dialect.insert(ScoredPrediction).on_conflict_do_nothing(), part)
+        return len(rows)
+
+    def upsert_labels(self, session: Session, service: str, rows: list[dict[str, Any]],
+                      now: datetime) -> tuple[list[str], list[str], int]:
+        """Store labels (keys: request_id, label, label_ts or None) in arrival order: (request ids labelled
+        for the first time, request ids whose label changed, repeats of the stored label). The latest wins
+        (a label older by label_ts than the stored one does not replace it); a label that differs from the
+        stored one counts as a change either way."""
+        from storage.models import LabelRow
+
+        fresh, changed, repeated = [], [], 0
+        stored: dict[str, Any] = {}
+        ids = list(dict.fromkeys(r["request_id"] for r in rows))
+        for part in self._parts(ids, 500):
+            query = select(LabelRow).where(LabelRow.service == service, LabelRow.request_id.in_(part))
+            stored |= {r.request_id: r for r in session.scalars(query)}
+        for r in rows:
+            label_ts = None if r.get("label_ts") is None else utc(r["label_ts"])
+            row = stored.get(r["request_id"])
+            if row is None:
+                row = LabelRow(service=service, request_id=r["request_id"], label=r["label"], label_ts=label_ts,
+                               first_seen=now, updated_at=now, changes=0)
+                session.add(row)
+                stored[r["request_id"]] = row
+                fresh.append(r["request_id"])
+                continue
+            older = label_ts is not None and row.label_ts is not None and label_ts < row.label_ts
+            if r["label"] == row.label:
+                repeated += 1
+                if not older and label_ts is not None:
+                    row.label_ts = label_ts
+                continue
+            row.changes += 1
+            changed.append(r["request_id"])
+            if not older:
+                row.label, row.label_ts, row.updated_at = r["label"], label_ts, now
+        session.flush()
+        return fresh, changed, repeated
+
+    def expire_labels(self, session: Session, service: str, cutoff: datetime) -> list[dict[str, Any]]:
+        """Delete and return (as dicts) the labels first seen at or before `cutoff` whose request has no
+        scored prediction: they waited their horizon in vain."""
+        from storage.models import LabelRow, ScoredPrediction
+
+        has_prediction = select(ScoredPrediction.request_id).where(
+            ScoredPrediction.service == service, ScoredPrediction.request_id == LabelRow.request_id).exists()
+        query = select(LabelRow).where(LabelRow.service == service, LabelRow.first_seen <= cutoff, ~has_prediction)
+        expired = [{"request_id": r.request_id, "label": r.label, "label_ts": r.label_ts, "first_seen": r.first_seen}
+                   for r in session.scalars(query)]
+        for part in self._parts([e["request_id"] for e in expired], 500):
+            session.execute(delete(LabelRow).where(LabelRow.service == service, LabelRow.request_id.in_(part)))
+        return expired
+
+    def prediction_times(self, session: Session, service: str, request_ids: list[str]) -> list[datetime]:
+        """Prediction times of the scored predictions of `request_ids` (one per model version)."""
+        from storage.models import ScoredPrediction
+
+        out: list[datetime] = []
+        for part in self._parts(list(dict.fromkeys(request_ids)), 500):
+            out += session.scalars(select(ScoredPrediction.ts).where(
+                ScoredPrediction.service == service, ScoredPrediction.request_id.in_(part))).all()
+        return out
+
+    def load_labelled(self, session: Session, service: str, since: datetime, until: datetime) -> list[tuple]:
+        """Scored predictions with ts in [since, until), each with its label or None: tuples (request_id,
+        model_version, ts, status, prediction, scores, attrs, label, label_changes), by ts."""
+        from storage.models import LabelRow, ScoredPrediction
+
+        sp = ScoredPrediction
+        query = (
+            select(sp.request_id, sp.model_version, sp.ts, sp.status, sp.prediction, sp.scores, sp.attrs,
+                   LabelRow.label, LabelRow.changes)
+            .outerjoin(LabelRow, (LabelRow.service == sp.service) & (LabelRow.request_id == sp.request_id))
+            .where(sp.service == service, sp.ts >= since, sp.ts < until)
+            .order_by(sp.ts, sp.request_id, sp.model_version)
+        )
+        return [tuple(r) for r in session.execute(query)]
+
+    def scored_span(self, session: Session, service: str) -> tuple[datetime | None, datetime | None]:
+        """The first and last prediction time of the stored scored predictions (None, None when none)."""
+        from storage.models import ScoredPrediction
+
+        lo, hi = session.execute(select(func.min(ScoredPrediction.ts), func.max(ScoredPrediction.ts))
+                                 .where(ScoredPrediction.service == service)).one()
+        return lo, hi
+
+    def prune_labelled(self, session: Session, service: str, before: datetime) -> int:
+        """Delete scored predictions made before `before` and their labels; returns predictions deleted."""
+        from storage.models import LabelRow, ScoredPrediction
+
+        old = select(ScoredPrediction.request_id).where(ScoredPrediction.service == service,
+                                                         ScoredPrediction.ts < before)
+        session.execute(delete(LabelRow).where(LabelRow.service == service, LabelRow.request_id.in_(old)))
+        result = session.execute(delete(ScoredPrediction).where(ScoredPrediction.service == service,
+                                                                ScoredPrediction.ts < before))
+        return int(result.rowcount or 0)
+
+
     # --- verdicts, alerts, silences and notifications (issue 6) ---
 
+    def upsert_verdicts(self, session: Session, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert verdicts, or overwrite the stored one of the same service, model version and window
+        (created_at and incident_id of the first write are kept unless given). Returns their ids."""
+        ids = []
+        now = self.clock()
+        for raw in rows:
+            key = (raw["service"], raw["model_version"], utc(raw["window_start"]), utc(raw["window_end"]))
+            row = session.scalars(select(VerdictRow).where(
+                VerdictRow.service == key[0], VerdictRow.model_version == key[1],
+                VerdictRow.window_start == key[2], VerdictRow.window_end == key[3])).one_or_none()
+            if row is None:
+                row = VerdictRow(service=key[0], model_version=key[1], window_start=key[2], window_end=key[3],
+                                 created_at=raw.get("created_at") or now)
+                session.add(row)
+            for name in VERDICT_FIELDS:
+                if name in raw and not (name == "incident_id" and raw[name] is None):
+                    setattr(row, name, raw[name])
+            row.updated_at = now
+            session.flush()
+            ids.append(row.id)
+        return ids
+
+    def load_verdicts(
+        self,
+        session: Session,
+        service: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        model_version: str | None = None,
+        incident_id: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Verdicts with window_end in (since, until], oldest first, as dicts of every column."""
+        query = select(VerdictRow)
+        if service is not None:
+            query = query.where(VerdictRow.service == service)
+        if since is not None:
+            query = query.where(VerdictRow.window_end > since)
+        if until is not None:
+            query = query.where(VerdictRow.window_end <= until)
+        if model_version is not None:
+            query = query.where(VerdictRow.model_version == model_version)
+        if incident_id is not None:
+            query = query.where(VerdictRow.incident_id == incident_id)
+        query = query.order_by(VerdictRow.window_end, VerdictRow.window_start, VerdictRow.model_version)
+        cols = [c.key for c in VerdictRow.__table__.columns]
+        return [{c: getattr(v, c) for c in cols} for v in session.scalars(query)]
+
+    def load_incidents(self, session: Session, service: str | None = None, status: str | None = None,
+                       limit: int | None = None) -> list[dict[str, Any]]:
+        """Incidents, newest first, as dicts of every column."""
+        query = select(Incident)
+        if service is not None:
+            query = query.where(Incident.service == service)
+        if status is not None:
+            query = query.where(Incident.status == status)
+        query = query.order_by(Incident.id.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        cols = [c.key for c in Incident.__table__.columns]
+        return [{c: getattr(i, c) for c in cols} for i in session.scalars(query)]
+
+    def record_versions(self, session: Session, service: str, kind: str,
+                        first_seen: dict[str, datetime]) -> list[str]:
+        """Remember when each version value of `kind` was first seen (event time); an earlier sighting
+        of a known value moves its first_seen back. Returns the values seen for the first time."""
+        if not first_seen:
+            return []
+        stored = {r.value: r for r in session.scalars(select(VersionSeen).where(
+            VersionSeen.service == service, VersionSeen.kind == kind,
+            VersionSeen.value.in_(list(first_seen))))}
+        new = []
+        for value, seen in sorted(first_seen.items()):
+            seen = utc(seen)
+            if value in stored:
+                if seen < stored[value].first_seen:
+                    stored[value].first_seen = seen  # a late row of an older window
+                continue
+            session.add(VersionSeen(service=service, kind=kind, value=value, first_seen=seen,
+                                    recorded_at=self.clock()))
+            new.append(value)
+        session.flush()
+        return new
+
+    def first_buckets(self, session: Session, service: str) -> dict[str, datetime]:
+        """The earliest stored bucket start of each model version of `service` (when it was first seen)."""
+        query = (select(BucketPartial.model_version, func.min(BucketPartial.bucket_start))
+                 .where(BucketPartial.service == service).group_by(BucketPartial.model_version))
+        return {version: utc(first) for version, first in session.execute(query)}
+
+    def scored_since(self, session: Session, service: str, after_tick: int, until: datetime) -> tuple[
+            list[tuple[str, datetime, datetime]], int]:
+        """Windows (model_version, start, end) whose findings ticks after `after_tick` with clock <= until
+        wrote, and the newest such tick id (after_tick when none)."""
+        ticks = select(Tick.id).where(Tick.service == service, Tick.id > after_tick, Tick.now <= until)
+        last = session.scalar(select(func.max(Tick.id)).where(Tick.id.in_(ticks)))
+        query = (select(FindingRow.model_version, FindingRow.window_start, FindingRow.window_end)
+                 .where(FindingRow.service == service, FindingRow.tick_id.in_(ticks)).distinct())
+        windows = sorted((v, utc(s), utc(e)) for v, s, e in session.execute(query))
+        return windows, int(last) if last is not None else after_tick
+
+    def load_versions(self, session: Session, service: str) -> list[dict[str, Any]]:
+        """Every version first-sighting of `service` (kind, value, first_seen), oldest first."""
+        query = (select(VersionSeen).where(VersionSeen.service == service)
+                 .order_by(VersionSeen.first_seen, VersionSeen.kind, VersionSeen.value))
+        return [{"kind": v.kind, "value": v.value, "first_seen": v.first_seen} for v in session.scalars(query)]
+
+    def add_silence(self, session: Session, matchers: list[dict[str, str]], created_by: str, comment: str,
+                    starts_at: datetime, ends_at: datetime) -> int:
+        """Store a silence; returns its id."""
+        if ends_at <= starts_at:
+            raise ValueError(f"a silence must end after it starts ({starts_at} .. {ends_at})")
+        if not matchers:
+            raise ValueError("a silence needs at least one matcher")
+        row = Silence(matchers=matchers, created_by=created_by, comment=comment, starts_at=starts_at,
+                      ends_at=ends_at, created_at=self.clock())
+        session.add(row)
+        session.flush()
+        return row.id
+
+    def load_silences(self, session: Session, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Silences (only those in force at `now` when given), oldest first."""
+        query = select(Silence).order_by(Silence.id)
+        if now is not None:
+            query = query.where(Silence.starts_at <= now, Silence.ends_at > now)
+        cols = [c.key for c in Silence.__table__.columns]
+        return [{c: getattr(s, c) for c in cols} for s in session.scalars(query)]
+
+    def expire_silence(self, session: Session, silence_id: int, now: datetime) -> bool:
+        """End silence `silence_id` at `now`; False when there is no such silence or it already ended."""
+        row = session.get(Silence, silence_id)
+        if row is None or row.ends_at <= now:
+            return False
+        row.ends_at = max(now, row.starts_at)
+        session.flush()
+        return True
+
+
     # --- operations: leader, heartbeat, retention (issue 7) ---
+
+    def beat(self, session: Session, instance: str, role: str, started_at: datetime, at: datetime,
+             last_tick_at: datetime | None = None, last_tick_status: str | None = None) -> None:
+        """Record that daemon `instance` (host:pid) is alive as `role` at `at`."""
+        from storage.models import DaemonHeartbeat
+
+        row = session.get(DaemonHeartbeat, instance)
+        if row is None:
+            row = DaemonHeartbeat(instance=instance, started_at=started_at)
+            session.add(row)
+        row.role, row.beat_at = role, at
+        if last_tick_at is not None:
+            row.last_tick_at, row.last_tick_status = last_tick_at, last_tick_status
+        session.flush()
+
+    def load_heartbeats(self, session: Session) -> list[dict[str, Any]]:
+        """Every daemon's last heartbeat, newest first."""
+        from storage.models import DaemonHeartbeat
+
+        rows = session.scalars(select(DaemonHeartbeat).order_by(DaemonHeartbeat.beat_at.desc()))
+        return [{c: getattr(r, c) for c in ("instance", "role", "started_at", "beat_at", "last_tick_at",
+                                            "last_tick_status")} for r in rows]
+
+    def add_job_event(self, session: Session, at: datetime, job: str, kind: str, instance: str,
+                      message: str) -> None:
+        """Record a failed job (`kind` error) or a run the scheduler missed (`kind` missed)."""
+        from storage.models import JobEvent
+
+        session.add(JobEvent(at=at, job=job, kind=kind, instance=instance, message=message[:2000]))
+        session.flush()
+
+    def load_job_events(self, session: Session, since: datetime, until: datetime | None = None,
+                        ) -> list[dict[str, Any]]:
+        """Job errors and missed runs with `at` in [since, until), oldest first."""
+        from storage.models import JobEvent
+
+        query = select(JobEvent).where(JobEvent.at >= since)
+        if until is not None:
+            query = query.where(JobEvent.at < until)
+        return [{c: getattr(e, c) for c in ("id", "at", "job", "kind", "instance", "message")}
+                for e in session.scalars(query.order_by(JobEvent.id))]
+
+    def running_ticks(self, session: Session, service: str | None = None) -> list[TickRecord]:
+        """Ticks still marked running, oldest first: with the leader lock held, ticks a killed process left."""
+        query = select(Tick).where(Tick.status == "running")
+        if service is not None:
+            query = query.where(Tick.service == service)
+        return [
+            TickRecord(id=t.id, service=t.service, started_at=t.started_at, finished_at=t.finished_at, now=t.now,
+                       status=t.status, counts={name: getattr(t, name) for name in TICK_COUNTS}, summary=t.summary)
+            for t in session.scalars(query.order_by(Tick.id))
+        ]
+
+    def partials_updated_span(self, session: Session, service: str, since: datetime,
+                              ) -> tuple[datetime, datetime] | None:
+        """The first bucket start and the last bucket start of `service`'s partials written at or after
+        `since` (store clock); None when none were."""
+        lo, hi = session.execute(
+            select(func.min(BucketPartial.bucket_start), func.max(BucketPartial.bucket_start)).where(
+                BucketPartial.service == service, BucketPartial.updated_at >= since)
+        ).one()
+        return None if lo is None else (lo, hi)
+
+    def newest_bucket_end(self, session: Session, service: str) -> datetime | None:
+        """The end of `service`'s newest stored bucket (how far its data reaches); None without data."""
+        from datetime import timedelta
+
+        row = session.execute(
+            select(BucketPartial.bucket_start, BucketPartial.bucket_seconds)
+            .where(BucketPartial.service == service)
+            .order_by(BucketPartial.bucket_start.desc()).limit(1)
+        ).first()
+        return None if row is None else row[0] + timedelta(seconds=row[1])
+
+    def partial_keys_before(self, session: Session, service: str, before: datetime, below_seconds: int,
+                            ) -> list[tuple[datetime, int]]:
+        """(bucket_start, bucket_seconds) of `service`'s partials finer than `below_seconds` starting before
+        `before`, oldest first."""
+        rows = session.execute(
+            select(BucketPartial.bucket_start, BucketPartial.bucket_seconds).distinct()
+            .where(BucketPartial.service == service, BucketPartial.bucket_start < before,
+                   BucketPartial.bucket_seconds < below_seconds)
+            .order_by(BucketPartial.bucket_start)
+        ).all()
+        return [(r[0], r[1]) for r in rows]
+
+    def delete_partials(self, session: Session, service: str, since: datetime, until: datetime,
+                        below_seconds: int | None = None) -> int:
+        """Delete `service`'s partials with bucket_start in [since, until) (only those finer than
+        `below_seconds` when given); returns how many."""
+        query = delete(BucketPartial).where(
+            BucketPartial.service == service, BucketPartial.bucket_start >= since, BucketPartial.bucket_start < until)
+        if below_seconds is not None:
+            query = query.where(BucketPartial.bucket_seconds < below_seconds)
+        return session.execute(query).rowcount or 0
+
+    def partial_services(self, session: Session) -> list[str]:
+        """Every service with stored partials."""
+        return list(session.scalars(select(BucketPartial.service).distinct().order_by(BucketPartial.service)))
+
+    def expire(self, session: Session, what: str, before: datetime) -> int:
+        """Delete rows of `what` (quarantine, outbox_sent, ticks, job_events) older than `before`; how many."""
+        from storage.models import JobEvent, Outbox
+
+        queries = {
+            "quarantine": delete(QuarantineRow).where(QuarantineRow.created_at < before),
+            "outbox_sent": delete(Outbox).where(Outbox.status == "sent", Outbox.sent_at < before),
+            # A running tick is never expired: recovery looks for it.
+            "ticks": delete(Tick).where(Tick.status != "running", Tick.now < before),
+            "job_events": delete(JobEvent).where(JobEvent.at < before),
+        }
+        return session.execute(queries[what]).rowcount or 0
+
+    def delete_offsets(self, session: Session, source: str, file_keys: Iterable[str]) -> None:
+        """Forget the stored offsets of `source` for `file_keys`."""
+        keys = list(file_keys)
+        if keys:
+            session.execute(delete(SourceOffset).where(SourceOffset.source == source,
+                                                       SourceOffset.file_key.in_(keys)))
+
+    def outbox_depth(self, session: Session) -> int:
+        """Notifications written and not yet sent (status pending)."""
+        from storage.models import Outbox
+
+        return int(session.scalar(select(func.count()).select_from(Outbox).where(Outbox.status == "pending")) or 0)
+
+    def firing_alerts(self, session: Session) -> int:
+        """Alerts in state firing."""
+        from storage.models import AlertState
+
+        return int(session.scalar(select(func.count()).select_from(AlertState).where(AlertState.state == "firing"))
+                   or 0)
+
+    def start_backfill(self, session: Session, since: datetime, until: datetime, step_seconds: int,
+                       staging: str) -> int:
+        """Record a new backfill run; returns its id."""
+        from storage.models import BackfillProgress
+
+        now = self.clock()
+        row = BackfillProgress(since=since, until=until, step_seconds=step_seconds, reached=None,
+                               status="running", staging=staging, started_at=now, updated_at=now)
+        session.add(row)
+        session.flush()
+        return row.id
+
+    def open_backfill(self, session: Session) -> dict[str, Any] | None:
+        """The unfinished backfill run, if any."""
+        from storage.models import BackfillProgress
+
+        row = session.scalars(select(BackfillProgress).where(BackfillProgress.status == "running")
+                              .order_by(BackfillProgress.id.desc()).limit(1)).first()
+        if row is None:
+            return None
+        return {c: getattr(row, c) for c in ("id", "since", "until", "step_seconds", "reached", "status",
+                                             "staging", "started_at", "updated_at")}
+
+    def advance_backfill(self, session: Session, run_id: int, reached: datetime, status: str = "running") -> None:
+        """Mark a backfill's steps done up to clock `reached` (and `status` done when finished)."""
+        from storage.models import BackfillProgress
+
+        row = session.get(BackfillProgress, run_id)
+        if row is None:
+            raise LookupError(f"no backfill run with id {run_id}")
+        row.reached, row.status, row.updated_at = reached, status, self.clock()
+        session.flush()

@@ -52,9 +52,8 @@ def run(scenario: str, root: Path, fake, monkeypatch) -> dict:
         log.append((now, alerts, sent))
         return reports
 
-    monkeypatch.setattr(demo, "tick", tick_then_alert)
     try:
-        demo.replay(root, config, store, truth, None, broken_lines=False)
+        demo.replay(root, config, store, truth, None, broken_lines=False, job=tick_then_alert)
         with store.transaction() as session:
             incidents = store.load_incidents(session, "churn")
             verdicts = store.load_verdicts(session, "churn")
