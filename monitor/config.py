@@ -349,7 +349,8 @@ class SloRule(_Model):
 
 
 class Service(_Model):
-    """One watched model or service: its sources, schema, reference and bucketing."""
+    """One watched model or service: its sources, schema, reference, bucketing, check thresholds, label
+    quality, SLO rules and release comparison."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     sources: Sources
@@ -357,11 +358,14 @@ class Service(_Model):
     reference: Reference | None = None
     buckets: Buckets = Field(default_factory=Buckets)
     join: Join = Field(default_factory=Join)
-    # --- per-service settings of later stages: checks (issue 4), quality (issue 5), rules (issue 6) ---
-    # check name -> overrides of its threshold fields (checks/<family>.py; defaults are the class's) (issue 4)
+    # check name -> overrides of its threshold fields (checks/<family>.py; defaults are the class's)
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    # the history that latency, cache and signal checks compare a window with (issue 4)
+    # the history that latency, cache and signal checks compare a window with
     baseline: Literal["trailing_24h", "same_hour_7d"] = "trailing_24h"
+    quality: Quality | None = None  # delayed-label quality; None: labels are not scored
+    rules: list[SloRule] = Field(default_factory=list)  # SLO rules
+    accepted_versions: list[str] = Field(default_factory=list)  # known-good model versions: rollback targets
+    compare: Compare = Field(default_factory=Compare)  # `tailwatch compare`
 
     @field_validator("checks")
     @classmethod
@@ -372,14 +376,10 @@ class Service(_Model):
         return value
 
     def check_params(self) -> dict[str, Any]:
-        """Check name -> its threshold object, for the checks this service overrides (issue 4)."""
+        """Check name -> its threshold object, for the checks this service overrides."""
         from checks.evaluate import thresholds
 
         return thresholds(self.checks)
-    quality: Quality | None = None  # delayed-label quality (issue 5); None: labels are not scored
-    compare: Compare = Field(default_factory=Compare)  # `tailwatch compare` (issue 8)
-    rules: list[SloRule] = Field(default_factory=list)  # SLO rules (issue 6)
-    accepted_versions: list[str] = Field(default_factory=list)  # known-good model versions: rollback targets
 
     @model_validator(mode="after")
     def _quality_columns(self) -> Service:
