@@ -125,6 +125,10 @@ def _send_one(store: Store, sender: SlackSender, item_id: int, now: datetime, ma
         channel = (incident.channel if incident is not None and incident.channel else None) or item.channel
         thread_ts = incident.slack_ts if incident is not None else None
         check_first = (item.last_error or "").startswith(AMBIGUOUS)
+        if kind in ("post", "reply") and not check_first:
+            # Committed before the call: a process killed after Slack posted and before the outcome is
+            # stored looks the message up on restart instead of posting it twice.
+            item.last_error = AMBIGUOUS + "in flight"
     if kind in ("update", "reply") and thread_ts is None and sender.client is not None:
         result = SendResult(False, error="the incident's first message has no Slack ts", permanent=True)
     else:
@@ -150,8 +154,7 @@ def _send_one(store: Store, sender: SlackSender, item_id: int, now: datetime, ma
             return False
         delay = timedelta(seconds=result.retry_after) if result.retry_after else backoff(item.attempts)
         item.next_attempt_at = now + delay
-        item.last_error = (AMBIGUOUS if result.ambiguous or (item.last_error or "").startswith(AMBIGUOUS)
-                           else "") + result.error
+        item.last_error = (AMBIGUOUS if result.ambiguous or check_first else "") + result.error
         report.retried += 1
         report.errors.append(f"{key}: {result.error} (retry in {delay})")
         log.warning("slack %s %s: %s; retry in %s", kind, key, result.error, delay)

@@ -67,7 +67,9 @@ def test_episode_posts_updates_and_replies_in_one_thread(open_store, tmp_path, f
     (("reset_after",), 2),  # Slack posted, the response was lost
     (("slow",), 2),  # timed out after Slack posted
 ])
-def test_faults_are_retried_and_nothing_is_duplicated(open_store, tmp_path, fake_slack, faults, drains, caplog):
+@pytest.mark.reliability
+def test_faults_are_retried_and_nothing_is_duplicated(open_store, tmp_path, fake_slack, faults, drains, caplog,
+                                                      record_property):
     caplog.set_level(logging.DEBUG)
     config, store = one_incident(open_store, tmp_path, fake_slack)
     fake_slack.fail_next("chat.postMessage", *faults)
@@ -76,6 +78,10 @@ def test_faults_are_retried_and_nothing_is_duplicated(open_store, tmp_path, fake
     for _ in range(drains + 1):
         reports.append(drain(config, open_store(), now))
         now += timedelta(minutes=31)
+    record_property("rel_inputs", 1)
+    record_property("rel_faults", len(faults))
+    record_property("rel_rows_lost", int(not fake_slack.top_level))
+    record_property("rel_duplicates", max(len(fake_slack.top_level) - 1, 0))
     assert sum(r.sent for r in reports) == 1, [r.errors for r in reports]
     assert reports[0].sent == 0 and reports[0].retried == 1
     assert len(fake_slack.top_level) == 1
@@ -108,7 +114,8 @@ def test_channel_not_found_is_reported_and_not_retried(open_store, tmp_path, fak
     assert drain(config, store, at(1) + timedelta(hours=5)).sent == 0 and len(fake_slack.calls) == calls
 
 
-def test_an_outage_of_hours_delays_and_loses_nothing(open_store, tmp_path, fake_slack):
+@pytest.mark.reliability
+def test_an_outage_of_hours_delays_and_loses_nothing(open_store, tmp_path, fake_slack, record_property):
     config, store = one_incident(open_store, tmp_path, fake_slack)
     fake_slack.fail_next("chat.postMessage", *["500"] * 12)
     now, sent, attempts = at(1), 0, 0
@@ -117,6 +124,10 @@ def test_an_outage_of_hours_delays_and_loses_nothing(open_store, tmp_path, fake_
         sent += report.sent
         attempts += report.retried
         now += timedelta(minutes=5)
+    record_property("rel_inputs", 1)
+    record_property("rel_faults", 12 - len(fake_slack.faults["chat.postMessage"]))
+    record_property("rel_rows_lost", int(not fake_slack.top_level))
+    record_property("rel_duplicates", max(len(fake_slack.top_level) - 1, 0))
     assert sent == 1 and len(fake_slack.top_level) == 1
     assert 3 <= attempts <= 7  # backoff doubles: 30 s, 1 m, 2 m, ... not one attempt per drain
     [item] = items(open_store())

@@ -54,7 +54,7 @@ def _tick(cfg_path, timeout=120):
 
 
 @pytest.mark.reliability
-def test_kill_9_at_random_moments_then_restart_equals_an_uninterrupted_tick(tmp_path):
+def test_kill_9_at_random_moments_then_restart_equals_an_uninterrupted_tick(tmp_path, record_property):
     preds, timings = feed_lines(minutes=45, per_minute=25, seed=11)
     ref_path, ref = _prepare(tmp_path / "ref", preds, timings)
     # The uninterrupted run: the same tick job, in this process.
@@ -91,6 +91,15 @@ def test_kill_9_at_random_moments_then_restart_equals_an_uninterrupted_tick(tmp_
         assert code == 0, err.decode()[-2000:]
     assert kills >= 2 and len(interrupted) >= 2, (kills, interrupted)
 
+    # For `make reliability`'s summary: rows of the all-traffic partials missing or counted twice.
+    got, want = partial_table(store), partial_table(ref)
+    rows = {k: (got.get(k, (0,))[0], want.get(k, (0,))[0]) for k in got.keys() | want.keys() if not k[3]}
+    record_property("rel_inputs", _attempt + 1)
+    record_property("rel_rows", total)
+    record_property("rel_faults", kills)
+    record_property("rel_crashes", kills)
+    record_property("rel_rows_lost", sum(max(w - g, 0) for g, w in rows.values()))
+    record_property("rel_duplicates", sum(max(g - w, 0) for g, w in rows.values()))
     assert partial_table(store) == partial_table(ref)
     assert finding_table(store) == finding_table(ref)
     assert quarantine_total(store) == quarantine_total(ref) > 0
