@@ -1,0 +1,251 @@
+"""The local engine, and the chunk function every engine runs: joined prediction rows -> bucket partials.
+
+Input layout (docs/scale.md): a Parquet dataset (a file, or a directory of files, hive-partitioned or
+not; a local path or an fsspec URL) of prediction rows, each with its stage timings already joined as
+`stage.<name>` columns (ms; null: no timing of that stage), the wide form `monitor.frame.join` gives.
+A chunk goes through the runner's own steps: contract validation (`monitor.validate`), the join
+(`monitor.frame.join`, which derives `joined` / `stage_rows` and drops repeated request_ids), and
+`monitor.partials.fold`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from monitor.config import Limits, Schema, Service
+from monitor.contract import RecordKind
+from monitor.engines.dataset import HOUR_FORMAT, PARTITION
+from monitor.frame import ARRIVED, STAGE_PREFIX, join
+from monitor.partials import Partial, fold, merge_all, merge_bytes
+from monitor.profile import Profile
+from monitor.sources import LINE
+from monitor.sources import _flag_oversize as flag_oversize  # the same oversize rule as the file sources
+from monitor.validate import validate
+from storage.store import PartialRow, Store
+
+DEFAULT_PARTITION_ROWS = 250_000  # a process peaks at ~1-1.4 GiB on the simulator's rows (bench/scale.py)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What folding a chunk needs. Small and picklable: it travels to every worker.
+
+    `timed`: the dataset has `stage.<name>` columns, so `joined` / `unmatched` are counted (as the runner
+    does when a timing source is configured). `since` / `until`: only rows with ts in [since, until).
+    """
+
+    service: str
+    schema: Schema
+    limits: Limits
+    bucket: timedelta
+    profile: Profile | None
+    now: datetime
+    timed: bool
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @classmethod
+    def of(cls, service: Service, limits: Limits, profile: Profile | None, now: datetime, timed: bool,
+           since: datetime | None = None, until: datetime | None = None) -> Scan:
+        return cls(service.name, service.schema_, limits, service.buckets.size, profile, now, timed, since, until)
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk's partials (one per bucket, model version and segment) and its row counts."""
+
+    partials: list[PartialRow]
+    counts: Counter  # read, accepted, quarantined:<reason>, timings_quarantined:<reason>, joined, ...
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """A whole scan: its merged partials, row counts, and what it cost."""
+
+    partials: list[PartialRow]  # merged: one per (model_version, bucket_start, bucket_seconds, segment)
+    counts: Counter
+    chunks: int  # chunks (local) or partitions (dask) folded
+    gathered_bytes: int  # serialized partial payloads brought to this process before merging
+    seconds: float  # wall time of read, fold, gather and merge
+
+
+def stage_columns(names: Iterable[str]) -> list[str]:
+    """The `stage.<name>` duration columns among a dataset's column names."""
+    return [c for c in names if c.startswith(STAGE_PREFIX)]
+
+
+def chunk_partials(table: pa.Table, scan: Scan, where: str = "chunk") -> ChunkResult:
+    """Validate, join and fold one chunk of joined prediction rows (`where` names it in reject counts).
+
+    Every row is folded with the timings it carries: nothing waits for a later chunk, as in a tick whose
+    lateness has passed. Repeated request_ids are dropped within the chunk only.
+    """
+    counts: Counter = Counter(read=table.num_rows)
+    if not table.num_rows:
+        return ChunkResult([], counts)
+    table = flag_oversize(table, scan.limits.max_field_chars)
+    table = table.append_column(LINE, pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64)))
+    stages = stage_columns(table.column_names)
+    predictions, rejects = validate(RecordKind.predictions, table.drop_columns(stages), where, scan.schema,
+                                    scan.limits, scan.now)
+    counts["accepted"] = len(predictions)
+    counts.update(f"quarantined:{r.reason.value}" for r in rejects)
+    timings = None
+    if scan.timed:
+        long = _long_timings(table, stages)
+        timings, t_rejects = validate(RecordKind.timings, long, where, scan.schema, scan.limits, scan.now)
+        counts.update(f"timings_quarantined:{r.reason.value}" for r in t_rejects)
+        timings[ARRIVED] = pd.Timestamp(scan.now)
+    del table
+    predictions[ARRIVED] = pd.Timestamp(scan.now)
+    # Lateness 0 at the scan's clock: every prediction leaves the join now, with or without timings.
+    joined = join(predictions, timings, scan.now, timedelta(0))
+    del predictions, timings
+    counts["duplicates"] = joined.duplicates
+    counts["duplicate_timings"] = joined.duplicate_timings
+    counts["orphan_timings"] = len(joined.orphans)  # timings of rejected predictions
+    ready = _in_range(joined.ready, scan.since, scan.until)
+    counts["outside"] = len(joined.ready) - len(ready)
+    counts["folded"] = len(ready)
+    if scan.timed and len(ready):
+        counts["joined"] = int(ready["joined"].sum())
+        counts["unmatched"] = len(ready) - counts["joined"]
+    partials = fold(ready, scan.bucket, scan.schema.segments, timed=scan.timed, schema=scan.schema,
+                    profile=scan.profile)
+    return ChunkResult(partials, +counts)
+
+
+def _long_timings(table: pa.Table, stages: list[str]) -> pa.Table:
+    """The wide `stage.<name>` columns as timing rows (request_id, stage, duration_ms, LINE); a null
+    duration means the request has no timing of that stage and gives no row."""
+    parts = []
+    if "request_id" in table.column_names:  # without it every prediction is rejected: no timing to join
+        for column in stages:
+            part = table.select(["request_id", column, LINE]).filter(pc.is_valid(table[column]))
+            stage = pa.repeat(pa.scalar(column.removeprefix(STAGE_PREFIX), pa.string()), part.num_rows)
+            parts.append(pa.table({"request_id": part["request_id"], "stage": stage,
+                                   "duration_ms": part[column], LINE: part[LINE]}))
+    if not parts:
+        return pa.table({"request_id": pa.array([], pa.string()), "stage": pa.array([], pa.string()),
+                         "duration_ms": pa.array([], pa.float64()), LINE: pa.array([], pa.int64())})
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _in_range(frame: pd.DataFrame, since: datetime | None, until: datetime | None) -> pd.DataFrame:
+    if frame.empty or (since is None and until is None):
+        return frame
+    ts = frame["ts"]
+    keep = np.ones(len(frame), dtype=bool)
+    if since is not None:
+        keep &= (ts >= pd.Timestamp(since)).to_numpy()
+    if until is not None:
+        keep &= (ts < pd.Timestamp(until)).to_numpy()
+    return frame if keep.all() else frame[keep].reset_index(drop=True)
+
+
+def merge_rows(rows: Iterable[PartialRow]) -> list[PartialRow]:
+    """One partial per (model_version, bucket_start, bucket_seconds, segment): the merge of its rows."""
+    groups: dict[tuple, list[PartialRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.model_version, row.bucket_start, row.bucket_seconds, row.segment)].append(row)
+    out = []
+    for (version, start, seconds, segment), same in sorted(groups.items()):
+        payload = same[0].payload if len(same) == 1 else \
+            merge_all(Partial.from_bytes(r.payload) for r in same).to_bytes()
+        out.append(PartialRow(version, start, seconds, segment, sum(r.rows for r in same), payload))
+    return out
+
+
+def store_partials(store: Store, service: str, rows: list[PartialRow]) -> None:
+    """Add the partials to the store with the runner's merge (a stored key is merged, not replaced)."""
+    if rows:
+        with store.transaction() as session:
+            store.upsert_partials(session, service, rows, merge_bytes)
+
+
+def open_dataset(dataset: str, storage_options: dict | None = None) -> ds.Dataset:
+    """The Parquet dataset at a local path or fsspec URL (hive partitions become columns, as in Dask)."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(str(dataset), **(storage_options or {}))
+    return ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
+
+
+def partition_filters(partition_columns: list[str], since: datetime | None,
+                      until: datetime | None) -> list[tuple] | None:
+    """Filters that skip whole `hour=` partitions outside [since, until) (the layout of
+    `monitor.engines.dataset`); None when the dataset is not partitioned so, or the scan is unbounded."""
+    if PARTITION not in partition_columns or (since is None and until is None):
+        return None
+    out = []
+    if since is not None:
+        out.append((PARTITION, ">=", f"{since.astimezone(UTC):{HOUR_FORMAT}}"))
+    if until is not None:
+        out.append((PARTITION, "<=", f"{(until - timedelta(microseconds=1)).astimezone(UTC):{HOUR_FORMAT}}"))
+    return out
+
+
+def chunks(dataset: ds.Dataset, rows: int, where: ds.Expression | None = None) -> Iterator[pa.Table]:
+    """The dataset as tables of about `rows` rows, file by file and row group by row group.
+
+    Files are streamed with `ParquetFile.iter_batches` rather than the dataset scanner, which decodes
+    whole files ahead of the consumer (over 1 GiB held for a 2M-row dataset). Hive partition values
+    become columns, as in Dask; files whose columns differ are unified with nulls.
+    """
+    pending: list[pa.Table] = []
+    size = 0
+    for fragment in dataset.get_fragments(filter=where):
+        keys = ds.get_partition_keys(fragment.partition_expression)
+        with fragment.filesystem.open_input_file(fragment.path) as handle:
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=rows):
+                table = pa.Table.from_batches([batch])
+                for name, value in keys.items():
+                    if name not in table.column_names:
+                        table = table.append_column(name, pa.repeat(pa.scalar(value), table.num_rows))
+                pending.append(table)
+                size += table.num_rows
+                if size >= rows:
+                    yield _concat(pending)
+                    pending, size = [], 0
+    if pending:
+        yield _concat(pending)
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+
+def scan(dataset: str, scan: Scan, partition_rows: int = DEFAULT_PARTITION_ROWS,
+         storage_options: dict | None = None) -> ScanResult:
+    """Fold the dataset in this process, `partition_rows` rows at a time; partials merged by key."""
+    started = time.perf_counter()
+    counts: Counter = Counter()
+    rows: list[PartialRow] = []
+    n = 0
+    data = open_dataset(dataset, storage_options)
+    names = list(data.partitioning.schema.names) if data.partitioning is not None else []
+    filters = partition_filters(names, scan.since, scan.until)
+    where = pq.filters_to_expression(filters) if filters else None
+    for n, table in enumerate(chunks(data, partition_rows, where), start=1):
+        result = chunk_partials(table, scan, where=f"chunk-{n}")
+        del table
+        counts.update(result.counts)
+        rows += result.partials
+    gathered = sum(len(r.payload) for r in rows)
+    return ScanResult(merge_rows(rows), counts, n, gathered, time.perf_counter() - started)
+
+
+def dataset_timed(dataset: ds.Dataset) -> bool:
+    """Whether the dataset carries stage timings (any `stage.<name>` column)."""
+    return bool(stage_columns(dataset.schema.names))
