@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import ALL, LATENCY, Partial, merge_all
 from storage import models
-from storage.models import BucketPartial, FindingRow, QuarantineRow, Tick, dumps
+from storage.models import BucketPartial, FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
 from storage.store import Store, utc
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -66,11 +66,6 @@ def _segment_ok(row_labels: dict | None, segment: str | None) -> bool:
         return True
     own = (row_labels or {}).get("segment")
     return own is None if segment in ("", "all") else own == segment
-
-
-def table_exists(name: str) -> bool:
-    """Whether this tailwatch's models define table `name` (later stages add theirs)."""
-    return name in models.Base.metadata.tables
 
 
 # -- findings -------------------------------------------------------------------------------------
@@ -298,25 +293,11 @@ INCIDENT_COLUMNS = ("id", "verdict", "status", "model_version", "opened_at", "re
                     "first_window_start", "last_window_end", "fingerprint", "summary")
 
 
-def _verdict_model():
-    model = getattr(models, "Verdict", None) or getattr(models, "VerdictRow", None)
-    if model is None or not table_exists("verdicts"):
-        raise QueryError("this tailwatch stores no verdicts yet (the verdict stage lands with issue #6)")
-    return model
-
-
-def _incident_model():
-    model = getattr(models, "Incident", None) or getattr(models, "IncidentRow", None)
-    if model is None or not table_exists("incidents"):
-        raise QueryError("this tailwatch stores no incidents yet (the verdict stage lands with issue #6)")
-    return model
-
-
 def verdicts(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
              model_version: str | None = None, verdict: str | None = None,
              incident_id: int | None = None) -> pd.DataFrame:
     """Stored verdicts with window_start in [since, until), oldest first; columns VERDICT_COLUMNS."""
-    model = _verdict_model()
+    model = VerdictRow
     query = select(model).where(model.service == service, *_range(model.window_start, since, until))
     if model_version is not None:
         query = query.where(model.model_version == model_version)
@@ -335,7 +316,7 @@ def incidents(store: Store, service: str, *, since: datetime | None = None, unti
               model_version: str | None = None, status: str | None = None,
               incident_id: int | None = None) -> pd.DataFrame:
     """Stored incidents opened in [since, until), oldest first; columns INCIDENT_COLUMNS."""
-    model = _incident_model()
+    model = Incident
     query = select(model).where(model.service == service, *_range(model.opened_at, since, until))
     if model_version is not None:
         query = query.where(model.model_version == model_version)

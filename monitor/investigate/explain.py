@@ -200,20 +200,19 @@ def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: dat
             if key not in seen:
                 seen.add(key)
                 out.append(dict(c))
-    if query.table_exists(VersionSeen.__tablename__):
-        from sqlalchemy import select
+    from sqlalchemy import select
 
-        with store.transaction() as session:
-            firsts = session.execute(select(VersionSeen.kind, VersionSeen.value, VersionSeen.first_seen)
-                                     .where(VersionSeen.service == service).order_by(VersionSeen.first_seen)).all()
-        earliest: dict[str, datetime] = {}
-        for kind, value, when in firsts:
-            earliest.setdefault(kind, when)
-            if when == earliest[kind] or not (first - CHANGE_LOOKBACK <= when < last) or (kind, value) in seen:
-                continue
-            seen.add((kind, value))
-            out.append({"kind": kind, "value": value, "first_seen": query.jsonable(when),
-                        "text": f"{kind} {value} first seen {when:%Y-%m-%d %H:%M} UTC"})
+    with store.transaction() as session:
+        firsts = session.execute(select(VersionSeen.kind, VersionSeen.value, VersionSeen.first_seen)
+                                 .where(VersionSeen.service == service).order_by(VersionSeen.first_seen)).all()
+    earliest: dict[str, datetime] = {}
+    for kind, value, when in firsts:
+        earliest.setdefault(kind, when)
+        if when == earliest[kind] or not (first - CHANGE_LOOKBACK <= when < last) or (kind, value) in seen:
+            continue
+        seen.add((kind, value))
+        out.append({"kind": kind, "value": value, "first_seen": query.jsonable(when),
+                    "text": f"{kind} {value} first seen {when:%Y-%m-%d %H:%M} UTC"})
     before = query.metrics(store, service, since=first - BEFORE, until=first)
     during = query.metrics(store, service, since=first, until=last)
     versions_before, versions_during = set(before.get("model_version", [])), set(during.get("model_version", []))
