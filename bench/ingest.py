@@ -5,7 +5,8 @@
 
 Generates (deterministically, in a temp dir removed afterwards) a JSON Lines file of prediction rows
 with a few bad lines of different kinds, and the same valid rows as Parquet. Measures
-`pyarrow.json.read_json` and `pyarrow.parquet.read_table` (median of 3), and tailwatch's ingest:
+`pyarrow.json.read_json` and `pyarrow.parquet.read_table`, and tailwatch's ingest, 3 runs, each tick
+right after the bare parse it is compared with (ratios: median of the 3 runs' ratios; rates: medians):
 `monitor.runner.tick` on a fresh SQLite store (parse, validate, quarantine, commit of offsets and
 per-bucket partials), its window scoring timed apart. Then one tick over a 5M-row JSONL backlog in a
 subprocess, peak RSS measured (sampled, and the child's own VmHWM).
@@ -178,20 +179,22 @@ def run_tick(directory: Path, work: Path) -> tuple[float, dict]:
     cfg = service_config(directory, db)
     store = Store(cfg.storage.url)
     store.upgrade()
-    score, scoring = runner._score, [0.0]
+    score, scoring, scoring_cpu = runner._score, [0.0], [0.0]
 
     def timed_score(*args, **kwargs):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return score(*args, **kwargs)
         finally:
             scoring[0] += time.perf_counter() - started
+            scoring_cpu[0] += time.process_time() - cpu
 
     runner._score = timed_score
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         [report] = runner.tick(cfg, store, NOW)
         seconds = time.perf_counter() - started - scoring[0]
+        cpu_seconds = time.process_time() - cpu - scoring_cpu[0]
     finally:
         runner._score = score
     store.dispose()
@@ -199,7 +202,7 @@ def run_tick(directory: Path, work: Path) -> tuple[float, dict]:
         f.unlink()
     if report.status != "ok":
         raise SystemExit(f"tick failed: {report.error}")
-    return seconds, report.as_dict() | {"score_seconds": scoring[0]}
+    return seconds, report.as_dict() | {"score_seconds": scoring[0], "cpu_seconds": cpu_seconds}
 
 
 def timed(fn, runs: int = RUNS) -> float:
@@ -230,25 +233,36 @@ def measure(rows: int, work: Path) -> dict:
                 dst.write(line)
     clean_rows = rows - bad
     out: dict = {"rows": rows, "bad": bad}
-    out["pyarrow_jsonl"] = clean_rows / timed(lambda: pajson.read_json(clean))
-    out["pyarrow_parquet"] = rows / timed(lambda: pq.read_table(pfile))
-    clean.unlink()
-
-    ingest_j, ingest_p, scoring = [], [], []
+    # Each tick runs right after the bare parse it is compared with: on a shared machine the load drifts
+    # over minutes, and a ratio of two measurements taken far apart would measure the drift.
+    pajson.read_json(clean)  # warm-up, untimed: the first call in a process pays for setting pyarrow up
+    pq.read_table(pfile)
+    bare_j, bare_p, ingest_j, ingest_p, cpu_j, cpu_p, scoring = [], [], [], [], [], [], []
     for _ in range(RUNS):
+        bare_j.append(timed(lambda: pajson.read_json(clean), 1))
         seconds, report = run_tick(jdir, work)
         _check(report, rows, bad)
         ingest_j.append(seconds)
+        cpu_j.append(report["cpu_seconds"])
         scoring.append(report["score_seconds"])
+        bare_p.append(timed(lambda: pq.read_table(pfile), 1))
         seconds, report = run_tick(pdir, work)
         _check(report, rows, 0)
         ingest_p.append(seconds)
+        cpu_p.append(report["cpu_seconds"])
         scoring.append(report["score_seconds"])
+    clean.unlink()
+    out["pyarrow_jsonl"] = clean_rows / statistics.median(bare_j)
+    out["pyarrow_parquet"] = rows / statistics.median(bare_p)
     out["score_seconds"] = statistics.median(scoring)
     out["tailwatch_jsonl"] = rows / statistics.median(ingest_j)
     out["tailwatch_parquet"] = rows / statistics.median(ingest_p)
-    out["jsonl_ratio"] = out["tailwatch_jsonl"] / out["pyarrow_jsonl"]
-    out["parquet_ratio"] = out["tailwatch_parquet"] / out["pyarrow_parquet"]
+    # The ratio of each run (tick over the bare parse just before it), median over runs.
+    out["jsonl_ratio"] = statistics.median((rows / t) / (clean_rows / b) for b, t in zip(bare_j, ingest_j, strict=True))
+    out["parquet_ratio"] = statistics.median(b / t for b, t in zip(bare_p, ingest_p, strict=True))
+    out["cpu_jsonl"], out["cpu_parquet"] = statistics.median(cpu_j), statistics.median(cpu_p)
+    out["runs"] = [(clean_rows / bj, rows / tj, rows / bp, rows / tp)
+                   for bj, tj, bp, tp in zip(bare_j, ingest_j, bare_p, ingest_p, strict=True)]
     return out
 
 
@@ -360,6 +374,11 @@ def render(result: dict, mem: dict | None) -> list[str]:
     console = Console()
     console.print(table)
     print(f"(not in the rates above: the tick's window scoring took {result['score_seconds']:.1f}s more, median)")
+    print(f"ingest CPU time (all threads, median): JSONL {result['cpu_jsonl']:.2f}s, Parquet {result['cpu_parquet']:.2f}s "
+          f"for {result['rows']:,} rows; ratio = median over runs of (tick rate / bare rate measured just before it)")
+    for k, (bj, tj, bp, tp) in enumerate(result["runs"], 1):
+        print(f"  run {k}: JSONL {tj:,.0f} / {bj:,.0f} rows/s = {tj / bj:.2f}; Parquet {tp:,.0f} / {bp:,.0f} rows/s "
+              f"= {tp / bp:.2f}")
     print("\nMarkdown (README, performance):\n")
     print("\n".join(md))
     return missed

@@ -431,10 +431,10 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
     _fold_rows(frame, schema or Schema(), prof, timed, accs)
     out: list[PartialRow] = []
     for acc, (mv_of, b_of, seg_of, seg_values) in zip(accs, keyed, strict=True):
-        for i, partial in enumerate(acc.partials(prof)):
+        for i, (rows, payload) in enumerate(acc.payloads(prof)):
             out.append(PartialRow(model_version=mv_values[mv_of[i]], bucket_start=b_values[b_of[i]].to_pydatetime(),
-                                  bucket_seconds=seconds, segment=seg_values[seg_of[i]], rows=partial.rows,
-                                  payload=partial.to_bytes()))
+                                  bucket_seconds=seconds, segment=seg_values[seg_of[i]], rows=rows,
+                                  payload=payload))
     return out
 
 
@@ -509,25 +509,77 @@ class _Acc:
 
     def __init__(self, g: np.ndarray, groups: int) -> None:
         self.g, self.groups = g, groups
+        self._order: np.ndarray | None = None
+        self._sorted: bool | None = None
         self.counts: dict[str, np.ndarray] = {}  # name -> int64 per group
         self.hists: dict[str, np.ndarray] = {}  # name -> (groups, bins)
         self.sketches: dict[str, dict[int, Sketch]] = {}
         self.unseen: dict[str, list[Counter]] = {}
 
-    def partials(self, profile: Profile | None) -> list[Partial]:
+    def order(self) -> np.ndarray | None:
+        """The rows in group order (stable: time order within a group), taken once for every sketch of
+        this grouping; None when the rows are in group order already."""
+        if self._sorted is None:
+            self._sorted = not bool((self.g[1:] < self.g[:-1]).any())
+            if not self._sorted:
+                self._order = np.argsort(self.g, kind="stable")
+        return self._order
+
+    def payloads(self, profile: Profile | None) -> list[tuple[int, bytes]]:
+        """(rows, Partial.to_bytes()) of each group, written without building the Partials: the same bytes."""
         fingerprint = profile.fingerprint if profile is not None else ""
-        counts = {k: v.tolist() for k, v in self.counts.items()}
-        hists = {k: h.tolist() for k, h in self.hists.items()}
+        counts = [(k, self.counts[k].tolist()) for k in sorted(self.counts)]
+        hist_names = sorted(self.hists)
+        hists = np.hstack([self.hists[k] for k in hist_names]).astype("int64", copy=False) if hist_names else None
+        sizes = [[k, self.hists[k].shape[1]] for k in hist_names]
+        sketch_names = sorted(self.sketches)
+        unseen = sorted(self.unseen.items())
         out = []
         for i in range(self.groups):
-            out.append(Partial(
-                counts=Counter({k: v[i] for k, v in counts.items() if v[i]}),
-                hists={k: tuple(h[i]) for k, h in hists.items()},
-                sketches={k: s[i] for k, s in self.sketches.items() if i in s},
-                unseen={k: u[i] for k, u in self.unseen.items() if u[i]},
-                profile=fingerprint,
-            ))
+            head: dict[str, Any] = {"counts": {k: v[i] for k, v in counts if v[i]}, "hists": sizes, "sketches": []}
+            ints: list[int] = hists[i].tolist() if hists is not None else []
+            for k in sketch_names:
+                sk = self.sketches[k].get(i)
+                if sk is None:
+                    continue
+                pk, nk = sorted(sk.pos), sorted(sk.neg)
+                head["sketches"].append([k, len(pk), len(nk), sk.zero, sk.count, sk.sum, sk.sumsq, sk.min, sk.max])
+                ints += pk
+                ints += map(sk.pos.__getitem__, pk)
+                ints += nk
+                ints += map(sk.neg.__getitem__, nk)
+            held = {k: dict(sorted(u[i].items())) for k, u in unseen if u[i]}
+            if held:
+                head["unseen"] = held
+            if fingerprint:
+                head["profile"] = fingerprint
+            try:
+                values = np.array(ints, dtype="<i8")
+            except OverflowError:  # a count past int64: Partial's own (JSON) form
+                partial = self._partial(i, fingerprint)
+                out.append((partial.rows, partial.to_bytes()))
+                continue
+            low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+            for small in ("<i2", "<i4"):  # as Partial._binary: the smallest width every value fits
+                if np.iinfo(small).min <= low and high <= np.iinfo(small).max:
+                    values = values.astype(small)
+                    break
+            head["int"] = values.dtype.itemsize
+            header = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
+            header += b" " * (-len(header) % 8)
+            out.append((head["counts"].get("rows", 0),
+                        BINARY + struct.pack("<I", len(header)) + header + values.tobytes()))
         return out
+
+    def _partial(self, i: int, fingerprint: str) -> Partial:
+        return Partial(
+            counts=Counter({k: int(v[i]) for k, v in self.counts.items() if v[i]}),
+            hists={k: tuple(h[i].tolist()) for k, h in self.hists.items()},
+            sketches={k: s[i] for k, s in self.sketches.items() if i in s},
+            unseen={k: u[i] for k, u in self.unseen.items() if u[i]},
+            profile=fingerprint,
+        )
+
 
 
 def _count(accs: list[_Acc], name: str, mask: np.ndarray) -> None:
@@ -564,7 +616,11 @@ def _hist(accs: list[_Acc], name: str, idx: np.ndarray, bins: int) -> None:
 
 def _sketch(accs: list[_Acc], name: str, v: np.ndarray) -> None:
     for a in accs:
-        a.sketches[name] = _sketches(v, a.g, a.groups)
+        order = a.order()
+        if order is None:
+            a.sketches[name] = _sketches(v, a.g, a.groups)
+        else:  # in group order: the values each group sums in the order _sketches' own stable sort gives
+            a.sketches[name] = _sketches(v[order], a.g[order], a.groups)
 
 
 def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, timed: bool, accs: list[_Acc]) -> None:
@@ -678,9 +734,17 @@ def _sum(accs: list[_Acc], name: str, weights: np.ndarray) -> None:
 
 
 def _sketch_rows(accs: list[_Acc], name: str, v: np.ndarray, rows: np.ndarray) -> None:
-    """Sketch `v` (aligned with `rows`, a subset of the frame's row positions) per group."""
+    """Sketch `v[rows]` (`v` one value per frame row, `rows` increasing row positions) per group."""
     for a in accs:
-        parts = _sketches(v, a.g[rows], a.groups)
+        order = a.order()
+        if order is not None:
+            # `rows` in group order, time order kept within a group: what _sketches' stable sort gives.
+            pick = np.zeros(len(a.g), dtype=bool)
+            pick[rows] = True
+            sel = order[pick[order]]
+        else:
+            sel = rows
+        parts = _sketches(v[sel], a.g[sel], a.groups)
         if parts:
             a.sketches[name] = parts
 
@@ -688,6 +752,15 @@ def _sketch_rows(accs: list[_Acc], name: str, v: np.ndarray, rows: np.ndarray) -
 def _strings(column: pd.Series) -> np.ndarray:
     """The column as an object array of str, None where missing."""
     return column.astype(object).where(column.notna(), None).map(str, na_action="ignore").to_numpy(dtype=object)
+
+
+def _text_codes(column: pd.Series) -> tuple[np.ndarray, Any]:
+    """pd.factorize(_strings(column)): codes in order of first appearance, -1 for missing. Arrow text is
+    encoded in Arrow (the same order), without a Python str per row."""
+    if isinstance(column.dtype, pd.ArrowDtype) and pa.types.is_string(column.dtype.pyarrow_dtype):
+        codes, values = pd.factorize(column)
+        return codes.astype("int64", copy=False), np.asarray(values, dtype=object)
+    return pd.factorize(_strings(column))
 
 
 def _fold_cache(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, accs: list[_Acc]) -> None:
@@ -765,7 +838,7 @@ def _fold_service(frame: pd.DataFrame, accs: list[_Acc]) -> None:
     for name in ROUTING:
         if name not in frame:
             continue
-        codes, values = pd.factorize(_strings(frame[name]))
+        codes, values = _text_codes(frame[name])
         if not len(values):
             continue
         if len(values) > ROUTE_VALUES:
@@ -778,11 +851,16 @@ def _fold_service(frame: pd.DataFrame, accs: list[_Acc]) -> None:
         names = [f"{ROUTE}{name}={v}" for v in values]
         _count_codes(accs, names, codes)
         if latency is not None:
-            order = np.argsort(codes, kind="stable")
-            starts = np.searchsorted(codes[order], np.arange(len(names) + 1))
-            for j, key in enumerate(names):
-                rows = order[starts[j]:starts[j + 1]]
-                _sketch_rows(accs, key, latency[rows], rows)
+            for a in accs:
+                # Each value's rows in group order (time order within a group), from the grouping's one sort.
+                order = a.order()
+                grouped = codes if order is None else codes[order]
+                for j, key in enumerate(names):
+                    hit = grouped == j
+                    sel = np.flatnonzero(hit) if order is None else order[hit]
+                    parts = _sketches(latency[sel], a.g[sel], a.groups)
+                    if parts:
+                        a.sketches[key] = parts
 
 
 def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -811,7 +889,7 @@ def _latency_by_length(frame: pd.DataFrame, accs: list[_Acc], source: str, ref: 
     for b, label in enumerate(labels):
         rows = np.flatnonzero(bucket == b)
         if len(rows):
-            _sketch_rows(accs, f"{BY_LENGTH}{source}@{label}", latency[rows], rows)
+            _sketch_rows(accs, f"{BY_LENGTH}{source}@{label}", latency, rows)
 
 
 _HASH_BYTES = 16  # bytes of a text its hash reads (with its length)
@@ -901,12 +979,13 @@ def _sketches(v: np.ndarray, g: np.ndarray, groups: int) -> dict[int, Sketch]:
     out = {}
     for gi, c, s, q, a, b in zip(present.tolist(), count.tolist(), total.tolist(), squares.tolist(),
                                  lo.tolist(), hi.tolist(), strict=True):
-        out[gi] = Sketch(maps[0][gi], maps[1][gi], int(zero[gi]), c, s, q, a, b)
+        out[gi] = Sketch(maps[0].get(gi, {}), maps[1].get(gi, {}), int(zero[gi]), c, s, q, a, b)
     return out
 
 
-def _bin_maps(v: np.ndarray, g: np.ndarray, groups: int) -> list[dict[int, int]]:
-    maps: list[dict[int, int]] = [{} for _ in range(groups)]
+def _bin_maps(v: np.ndarray, g: np.ndarray, groups: int) -> dict[int, dict[int, int]]:
+    """Group -> its bin map (key -> count), for the groups holding a value."""
+    maps: dict[int, dict[int, int]] = {}
     if not len(v):
         return maps
     logs = np.log(v)
@@ -914,6 +993,18 @@ def _bin_maps(v: np.ndarray, g: np.ndarray, groups: int) -> list[dict[int, int]]
     np.ceil(logs, out=logs)
     code = logs.astype("int64")
     del logs
+    low, high = int(code.min()), int(code.max())
+    span = high - low + 1
+    if groups * span <= 4 * len(code) + 65536:
+        # Few distinct keys per group (the usual case): counted in one bincount, no sort.
+        code -= low
+        code += g * span
+        table = np.bincount(code, minlength=groups * span)
+        uniq = np.flatnonzero(table)
+        cnt = table[uniq]
+        owner = uniq // span
+        keys = (uniq - owner * span + low).tolist()
+        return _maps_of(maps, owner, keys, cnt.tolist())
     code += 1 << 31
     code += g << 32
     if (code[1:] < code[:-1]).any():
@@ -921,9 +1012,12 @@ def _bin_maps(v: np.ndarray, g: np.ndarray, groups: int) -> list[dict[int, int]]
     else:  # sorted already (arrival times in order): runs, no sort
         edges = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
         uniq, cnt = code[edges], np.diff(np.r_[edges, len(code)])
-    owner = uniq >> 32
-    keys = ((uniq & 0xFFFFFFFF) - (1 << 31)).tolist()
-    cnt = cnt.tolist()
+    return _maps_of(maps, uniq >> 32, ((uniq & 0xFFFFFFFF) - (1 << 31)).tolist(), cnt.tolist())
+
+
+def _maps_of(maps: dict[int, dict[int, int]], owner: np.ndarray, keys: list[int],
+             cnt: list[int]) -> dict[int, dict[int, int]]:
+    """Fill `maps` from (group, key, count) runs sorted by group, then key."""
     bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True])
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         maps[int(owner[a])] = dict(zip(keys[a:b], cnt[a:b], strict=True))

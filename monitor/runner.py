@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
@@ -20,7 +22,7 @@ from monitor.labels import label_batch, orphan_reject, scored_rows
 from monitor.partials import fold, merge_bytes
 from monitor.profile import Profile, stored_profile
 from monitor.quality import score_service, windows_holding
-from monitor.sources import LINE, Batch, open_source
+from monitor.sources import LINE, Batch, DirectorySource, SqlTableSource, open_source
 from monitor.validate import validate
 from monitor.windows import score, store_scored, windows_for
 from storage.store import Store
@@ -148,8 +150,8 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
         pending_p = from_blobs(store.load_pending(session, name, RecordKind.predictions.value))
         pending_t = from_blobs(store.load_pending(session, name, RecordKind.timings.value))
 
-    pred_batches = pred_source.read(pred_offsets)
-    time_batches = time_source.read(time_offsets) if time_source else iter(())
+    pred_batches = _read_ahead(pred_source, pred_offsets)
+    time_batches = _read_ahead(time_source, time_offsets) if time_source else iter(())
     final = False
     while not final:
         pb, tb = next(pred_batches, None), next(time_batches, None)
@@ -203,6 +205,25 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
             report.first_ts = min(report.first_ts or lo, lo)
             report.last_ts = max(report.last_ts or hi, hi)
     report.pending_predictions, report.pending_timings = len(pending_p), len(pending_t)
+
+
+def _read_ahead(source: DirectorySource | SqlTableSource, offsets: dict) -> Iterator[Batch]:
+    """`source.read(offsets)`; for files, the next batch is parsed on a worker thread while the caller
+    validates, folds and commits this one (pyarrow releases the GIL while it parses), one batch ahead at most.
+
+    Nothing is committed ahead: offsets still go with each batch's results, so a crash loses and repeats
+    nothing. SQL tables are read in order on the caller's thread (their connection may share a database
+    file with the store).
+    """
+    batches = source.read(offsets)
+    if not isinstance(source, DirectorySource):
+        yield from batches
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="tailwatch-read") as pool:
+        ahead = pool.submit(next, batches, None)
+        while (batch := ahead.result()) is not None:
+            ahead = pool.submit(next, batches, None)
+            yield batch
 
 
 def _ingest_labels(config: Config, service: Service, store: Store, now: datetime, tick_id: int,

@@ -447,7 +447,8 @@ def _too_deep(buf: bytes, starts: np.ndarray, ends: np.ndarray, skip: np.ndarray
     an exception) somewhere past a few thousand levels, so such lines never reach them.
     """
     arr = np.frombuffer(buf, dtype=np.uint8)
-    opens = np.flatnonzero((arr == 0x5B) | (arr == 0x7B))  # '[' and '{'
+    # '[' (0x5B) and '{' (0x7B) are the only bytes that OR 0x20 makes 0x7B: one pass instead of three.
+    opens = np.flatnonzero((arr | 0x20) == 0x7B)
     if len(opens) <= MAX_JSON_DEPTH:
         return []
     # Cheap bound first: a line with few brackets cannot nest deep; only the rest is scanned exactly.

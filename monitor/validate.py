@@ -89,7 +89,7 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
     rejected = np.flatnonzero(flagged)
     rejects = [Reject(f"{file}:{frame[LINE].iat[i]}", Reason(reason[i]), _row_excerpt(frame, i)) for i in rejected]
     keep = ~flagged
-    accepted = pd.DataFrame({name: s[keep] for name, s in out.items()})
+    accepted = pd.DataFrame({name: s[keep] for name, s in out.items()}, copy=False)
     accepted[LINE] = frame[LINE].to_numpy()[keep]
     return accepted.reset_index(drop=True), rejects
 
@@ -133,7 +133,10 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
                 _as_string(values.filter(mask) if some else values)), copy=False)
         else:
             columns[name] = values[keep].reset_index(drop=True) if some else values
-    accepted = pd.DataFrame(columns) if columns else pd.DataFrame(index=pd.RangeIndex(int(keep.sum())))
+    # copy=False: the columns are not consolidated into 2-D blocks (a copy of every numeric column that
+    # nothing downstream needs; pipeline frames are never written in place).
+    accepted = (pd.DataFrame(columns, copy=False) if columns
+                else pd.DataFrame(index=pd.RangeIndex(int(keep.sum()))))
     accepted[LINE] = lines[keep] if some else lines
     return accepted, rejects
 
@@ -201,7 +204,25 @@ def _convert_arrow(col: pa.ChunkedArray, typ: str) -> tuple[pd.Series | pa.Chunk
         return col.to_pandas(), none
     if typ == "ts" and (pa.types.is_string(t) or pa.types.is_large_string(t)):
         return _rfc3339_to_utc(col)
+    if typ == "ts" and pa.types.is_timestamp(t):
+        return _timestamps_to_ns(col)
     return _convert(col.to_pandas(), typ)
+
+
+_NS_PER = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+_NS_MAX = 2**63 - 1  # pd.Timestamp.max in ns; pd.Timestamp.min is its negative
+
+
+def _timestamps_to_ns(col: pa.ChunkedArray) -> tuple[pd.Series, np.ndarray]:
+    """`_to_utc` of an Arrow timestamp column (any unit; an instant whatever its zone, naive read as UTC)
+    in integers: no pandas copy per step. Instants nanoseconds cannot hold are NaT and flagged, as `_as_ns`."""
+    per = _NS_PER[col.type.unit]
+    present = _bools(col.is_valid())
+    raw = pc.fill_null(pc.cast(col, pa.int64()), 0).to_numpy()
+    fits = present & (raw >= -(_NS_MAX // per)) & (raw <= _NS_MAX // per)
+    ns = np.where(fits, raw, 0) * per
+    ns[~fits] = np.iinfo(np.int64).min  # NaT
+    return pd.Series(ns.view("M8[ns]"), copy=False).dt.tz_localize("UTC"), present & ~fits
 
 
 def _rfc3339_to_utc(col: pa.ChunkedArray) -> tuple[pd.Series, np.ndarray]:
