@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rows", type=int, default=SIZES[-1], help="largest size to run (default 10M)")
     parser.add_argument("--min-rows", type=int, default=SIZES[0], help="smallest size to run (default 100k)")
     parser.add_argument("--file-rows", type=int, default=DEFAULT_PARTITION_ROWS,
-                        help="split each hour into Parquet files of at most this many rows (0: one file per hour)")
+                        help="split each hour into Parquet files of at most this many rows (0: one file per hour; "
+                             "the engines' pieces do not depend on it)")
     parser.add_argument("--workers", type=int, default=2, help="Dask LocalCluster worker processes")
     parser.add_argument("--partition-rows", type=int, default=DEFAULT_PARTITION_ROWS, help="rows folded at once")
     parser.add_argument("--engines", default="local,dask")

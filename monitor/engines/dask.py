@@ -1,9 +1,11 @@
-"""The Dask engine: the chunk function of the local engine, run per partition of a Parquet dataset.
+"""The Dask engine: the chunk function of the local engine, run per piece of a Parquet dataset.
 
-`dask.dataframe.read_parquet` reads the dataset (local path or fsspec URL) on the workers;
-`map_partitions` validates, joins and folds each partition where it was read and returns only its
-serialized partials (kilobytes per partition, never rows); the client gathers them, merges them by key
-with `monitor.partials.merge_all` and stores them through `Store.upsert_partials` like the runner does.
+The client plans pieces from the files' footers (`local.plan`: row groups of one or more files, at
+most `partition_rows` rows each) and builds a `dask.dataframe` with `from_map`: each task opens its
+files on the worker (local path or fsspec URL), reads only its row groups and the columns a chunk uses,
+validates, joins and folds them, and returns only its serialized partials (kilobytes per piece, never
+rows); the client gathers them, merges them by key with `monitor.partials.merge_all` and stores them
+through `Store.upsert_partials` like the runner does.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pandas as pd
-import pyarrow as pa
 
 from monitor.engines.local import (
     DEFAULT_PARTITION_ROWS,
     ChunkResult,
+    Piece,
     Scan,
     ScanResult,
-    chunk_partials,
+    filesystem,
+    fold_piece,
     merge_rows,
-    partition_filters,
+    open_dataset,
+    scan_plan,
     stage_columns,
 )
 from storage.store import PartialRow
@@ -43,20 +47,11 @@ def result_meta() -> pd.DataFrame:
     })
 
 
-def partition_partials(frame: pd.DataFrame, scan: Scan, partition_rows: int = DEFAULT_PARTITION_ROWS,
-                       partition_info: dict | None = None) -> pd.DataFrame:
-    """One partition's rows -> its partials (merged by key) and counts, as a `result_meta()` frame.
-
-    The partition is folded `partition_rows` rows at a time, so a worker's peak memory does not grow
-    with a partition larger than planned.
-    """
-    where = f"partition-{partition_info['number']}" if partition_info else "partition"
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    del frame
-    results = [chunk_partials(table.slice(a, partition_rows), scan, where)
-               for a in range(0, table.num_rows, partition_rows)]
-    return to_frame(merge_rows(r for res in results for r in res.partials),
-                    sum((res.counts for res in results), Counter(read=0)))
+def piece_partials(piece: Piece, fs, scan: Scan, fields: list[str], partition_rows: int) -> pd.DataFrame:
+    """One piece's partials (merged by key) and counts, as a `result_meta()` frame: read on the worker
+    (its row groups and `fields` columns only) and folded `partition_rows` rows at a time."""
+    result, _ = fold_piece(fs, piece, scan, fields, partition_rows, where=f"piece-{piece.parts[0].path}")
+    return to_frame(result.partials, result.counts + Counter(read=0))
 
 
 def to_frame(partials: list[PartialRow], counts: Counter) -> pd.DataFrame:
@@ -99,25 +94,31 @@ def client_for(scheduler: str | None, n_workers: int) -> Iterator:
 
 def scan(dataset: str, scan: Scan, client, partition_rows: int = DEFAULT_PARTITION_ROWS,
          storage_options: dict | None = None) -> ScanResult:
-    """Fold the dataset per partition on `client`'s cluster; partials gathered, merged by key."""
+    """Fold the dataset piece by piece on `client`'s cluster; partials gathered, merged by key.
+
+    The pieces are planned here from the files' footers (`local.plan`: row groups of one or more files,
+    at most `partition_rows` rows each), so a task's memory is bounded by `partition_rows` whatever the
+    file layout; `dd.read_parquet` would make a task of each file or row group, however large.
+    """
+    import dask
     import dask.dataframe as dd
 
     started = time.perf_counter()
-    ddf = dd.read_parquet(dataset, storage_options=storage_options,
-                          filters=partition_filters(_partition_columns(dataset, storage_options), scan.since, scan.until))
-    if scan.timed != bool(stage_columns(ddf.columns)):
+    data = open_dataset(dataset, storage_options)
+    if scan.timed != bool(stage_columns(data.schema.names)):
         raise ValueError(f"scan.timed={scan.timed} but the dataset {'lacks' if scan.timed else 'has'} stage columns")
-    parts = ddf.map_partitions(partition_partials, scan, partition_rows, meta=result_meta(), enforce_metadata=False)
-    frame = client.compute(parts).result()
+    fs, _ = filesystem(dataset, storage_options)
+    pieces, columns = scan_plan(dataset, scan, partition_rows, storage_options)
+    if not pieces:
+        return ScanResult([], Counter(), 0, 0, time.perf_counter() - started)
+    # Payloads are bytes: dask's default conversion of object columns to Arrow strings would decode them.
+    with dask.config.set({"dataframe.convert-string": False}):
+        parts = dd.from_map(piece_partials, pieces, fs=fs, scan=scan, fields=columns,
+                            partition_rows=partition_rows, meta=result_meta(), enforce_metadata=False,
+                            label="tailwatch-fold")
+        frame = client.compute(parts).result()
     gathered = int(sum(len(p) for p in frame["payload"]))
     result = from_frame(frame)
-    return ScanResult(merge_rows(result.partials), result.counts, ddf.npartitions, gathered,
+    return ScanResult(merge_rows(result.partials), result.counts, len(pieces), gathered,
                       time.perf_counter() - started)
-
-
-def _partition_columns(dataset: str, storage_options: dict | None) -> list[str]:
-    from monitor.engines.local import open_dataset
-
-    partitioning = open_dataset(dataset, storage_options).partitioning
-    return list(partitioning.schema.names) if partitioning is not None else []
 

@@ -38,7 +38,8 @@ def joined_rows(predictions: pd.DataFrame, timings: pd.DataFrame | None) -> pd.D
 
 def write_dataset(rows: pd.DataFrame | pa.Table, out: Path, rows_per_file: int = 250_000) -> None:
     """Write `rows` under `out`, one hive partition per hour of `ts` (RFC 3339 text or a timestamp), in
-    files of at most `rows_per_file` rows (a file is at most one engine partition: docs/scale.md)."""
+    files of at most `rows_per_file` rows (the engines cut files into pieces of `partition_rows` rows
+    along row groups, so the file size does not bound their memory: docs/scale.md)."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows, preserve_index=False)
     ts = table["ts"].to_pandas()
     hours = (pd.to_datetime(ts, utc=True, format="ISO8601") if ts.dtype == object else ts).dt.strftime(HOUR_FORMAT)

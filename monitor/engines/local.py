@@ -31,10 +31,11 @@ from monitor.partials import Partial, fold, merge_all, merge_bytes
 from monitor.profile import Profile
 from monitor.sources import LINE
 from monitor.sources import _flag_oversize as flag_oversize  # the same oversize rule as the file sources
-from monitor.validate import validate
+from monitor.validate import field_kinds, validate
 from storage.store import PartialRow, Store
 
-DEFAULT_PARTITION_ROWS = 250_000  # a process peaks at ~1-1.4 GiB on the simulator's rows (bench/scale.py)
+DEFAULT_PARTITION_ROWS = 250_000  # rows folded at once; bounds a process's peak memory (bench/scale.py)
+BATCH_ROWS = 65_536  # rows decoded at once from a file: a slice is assembled from batches this size
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class ScanResult:
 
     partials: list[PartialRow]  # merged: one per (model_version, bucket_start, bucket_seconds, segment)
     counts: Counter
-    chunks: int  # chunks (local) or partitions (dask) folded
+    chunks: int  # slices of at most partition_rows rows folded (local), or pieces folded as tasks (dask)
     gathered_bytes: int  # serialized partial payloads brought to this process before merging
     seconds: float  # wall time of read, fold, gather and merge
 
@@ -176,9 +177,7 @@ def store_partials(store: Store, service: str, rows: list[PartialRow]) -> None:
 
 def open_dataset(dataset: str, storage_options: dict | None = None) -> ds.Dataset:
     """The Parquet dataset at a local path or fsspec URL (hive partitions become columns, as in Dask)."""
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(str(dataset), **(storage_options or {}))
+    fs, path = filesystem(dataset, storage_options)
     return ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
 
 
@@ -196,28 +195,82 @@ def partition_filters(partition_columns: list[str], since: datetime | None,
     return out
 
 
-def chunks(dataset: ds.Dataset, rows: int, where: ds.Expression | None = None) -> Iterator[pa.Table]:
-    """The dataset as tables of about `rows` rows, file by file and row group by row group.
+@dataclass(frozen=True)
+class Part:
+    """Some row groups of one Parquet file (`path` as its fsspec filesystem names it) and the file's
+    hive partition values, which become columns as in Dask."""
 
-    Files are streamed with `ParquetFile.iter_batches` rather than the dataset scanner, which decodes
-    whole files ahead of the consumer (over 1 GiB held for a 2M-row dataset). Hive partition values
-    become columns, as in Dask; files whose columns differ are unified with nulls.
-    """
-    pending: list[pa.Table] = []
+    path: str
+    row_groups: tuple[int, ...]
+    keys: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One unit of work: row groups of one or more files, `rows` rows in all, at most the planned
+    `partition_rows` unless a single row group is larger (it is then read in slices)."""
+
+    parts: tuple[Part, ...]
+    rows: int
+
+
+def plan(dataset: ds.Dataset, rows: int, where: ds.Expression | None = None) -> list[Piece]:
+    """The dataset cut into pieces of at most `rows` rows along row-group boundaries, from the files'
+    footers, in file order: small files share a piece, large files are split across pieces."""
+    pieces: list[Piece] = []
+    parts: list[Part] = []
     size = 0
     for fragment in dataset.get_fragments(filter=where):
-        keys = ds.get_partition_keys(fragment.partition_expression)
-        with fragment.filesystem.open_input_file(fragment.path) as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=rows):
+        keys = tuple(sorted((k, str(v)) for k, v in ds.get_partition_keys(fragment.partition_expression).items()))
+        metadata = fragment.metadata
+        groups: list[int] = []
+        for i in range(metadata.num_row_groups):
+            n = metadata.row_group(i).num_rows
+            if size and size + n > rows:
+                if groups:
+                    parts.append(Part(fragment.path, tuple(groups), keys))
+                pieces.append(Piece(tuple(parts), size))
+                parts, groups, size = [], [], 0
+            groups.append(i)
+            size += n
+        if groups:
+            parts.append(Part(fragment.path, tuple(groups), keys))
+    if parts:
+        pieces.append(Piece(tuple(parts), size))
+    return pieces
+
+
+def columns_needed(scan: Scan, names: Iterable[str]) -> list[str]:
+    """The columns a chunk uses, among `names`: the prediction contract's fields for this schema and the
+    `stage.<name>` timings. Other columns are not read (Parquet is columnar: they cost no I/O)."""
+    wanted = field_kinds(RecordKind.predictions, scan.schema)
+    return [n for n in names if n in wanted or (scan.timed and n.startswith(STAGE_PREFIX))]
+
+
+def read_piece(fs, piece: Piece, columns: list[str], rows: int) -> Iterator[pa.Table]:
+    """A piece's rows (only `columns`, plus needed hive partition values) as tables of at most `rows`
+    rows; `fs` is the dataset's fsspec filesystem. Files whose columns differ are unified with nulls."""
+    batch_rows = min(rows, BATCH_ROWS)
+    pending: list[pa.Table] = []
+    size = 0
+    for part in piece.parts:
+        with fs.open(part.path, "rb") as handle:
+            file = pq.ParquetFile(handle)
+            present = set(file.schema_arrow.names)
+            keys = [(k, v) for k, v in part.keys if k in columns and k not in present]
+            for batch in file.iter_batches(batch_size=batch_rows, row_groups=list(part.row_groups),
+                                           columns=[c for c in columns if c in present], use_threads=False):
                 table = pa.Table.from_batches([batch])
-                for name, value in keys.items():
-                    if name not in table.column_names:
-                        table = table.append_column(name, pa.repeat(pa.scalar(value), table.num_rows))
-                pending.append(table)
-                size += table.num_rows
-                if size >= rows:
-                    yield _concat(pending)
-                    pending, size = [], 0
+                for name, value in keys:
+                    table = table.append_column(name, pa.repeat(pa.scalar(value), table.num_rows))
+                while table.num_rows:
+                    take = min(rows - size, table.num_rows)
+                    pending.append(table.slice(0, take))
+                    size += take
+                    table = table.slice(take)
+                    if size == rows:
+                        yield _concat(pending)
+                        pending, size = [], 0
     if pending:
         yield _concat(pending)
 
@@ -226,24 +279,61 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
-def scan(dataset: str, scan: Scan, partition_rows: int = DEFAULT_PARTITION_ROWS,
-         storage_options: dict | None = None) -> ScanResult:
-    """Fold the dataset in this process, `partition_rows` rows at a time; partials merged by key."""
-    started = time.perf_counter()
+def fold_piece(fs, piece: Piece, scan: Scan, columns: list[str], rows: int, where: str) -> tuple[ChunkResult, int]:
+    """Fold a piece `rows` rows at a time, merging partials as it goes (so what is held is one slice and
+    one merged set of partials); its partials and counts, and the number of slices folded."""
     counts: Counter = Counter()
-    rows: list[PartialRow] = []
+    merged: list[PartialRow] = []
     n = 0
+    for n, table in enumerate(read_piece(fs, piece, columns, rows), start=1):
+        result = chunk_partials(table, scan, where=f"{where}-{n}")
+        del table
+        counts.update(result.counts)
+        merged = merge_rows([*merged, *result.partials])
+        release_memory()
+    return ChunkResult(merged, counts), n
+
+
+def release_memory() -> None:
+    """Return freed Arrow memory to the system: the pool otherwise keeps the high-water mark of every
+    slice (mimalloc and jemalloc both cache freed pages), which shows as RSS growing with the scan."""
+    pa.default_memory_pool().release_unused()
+
+
+def filesystem(dataset: str, storage_options: dict | None = None):
+    """The fsspec filesystem of `dataset` (a local path or URL) and the path on it."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(str(dataset), **(storage_options or {}))
+
+
+def scan_plan(dataset: str, scan: Scan, partition_rows: int,
+              storage_options: dict | None = None) -> tuple[list[Piece], list[str]]:
+    """The pieces of the dataset in the scan's time range (whole `hour=` partitions outside it skipped)
+    and the columns to read."""
     data = open_dataset(dataset, storage_options)
     names = list(data.partitioning.schema.names) if data.partitioning is not None else []
     filters = partition_filters(names, scan.since, scan.until)
     where = pq.filters_to_expression(filters) if filters else None
-    for n, table in enumerate(chunks(data, partition_rows, where), start=1):
-        result = chunk_partials(table, scan, where=f"chunk-{n}")
-        del table
+    return plan(data, partition_rows, where), columns_needed(scan, data.schema.names)
+
+
+def scan(dataset: str, scan: Scan, partition_rows: int = DEFAULT_PARTITION_ROWS,
+         storage_options: dict | None = None) -> ScanResult:
+    """Fold the dataset in this process, `partition_rows` rows at a time; partials merged as they come."""
+    started = time.perf_counter()
+    fs, _ = filesystem(dataset, storage_options)
+    pieces, columns = scan_plan(dataset, scan, partition_rows, storage_options)
+    counts: Counter = Counter()
+    merged: list[PartialRow] = []
+    gathered = slices = 0
+    for i, piece in enumerate(pieces, start=1):
+        result, n = fold_piece(fs, piece, scan, columns, partition_rows, where=f"chunk-{i}")
+        slices += n
         counts.update(result.counts)
-        rows += result.partials
-    gathered = sum(len(r.payload) for r in rows)
-    return ScanResult(merge_rows(rows), counts, n, gathered, time.perf_counter() - started)
+        gathered += sum(len(r.payload) for r in result.partials)
+        merged = merge_rows([*merged, *result.partials])
+    return ScanResult(merged, +counts, slices, gathered, time.perf_counter() - started)
 
 
 def dataset_timed(dataset: ds.Dataset) -> bool:
