@@ -7,20 +7,23 @@ Times are UTC-aware; a range [since, until) selects by window start (findings, v
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sqlite3
-from collections import defaultdict
+import struct
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import func, select
 
 from monitor.frame import STAGE_PREFIX
-from monitor.partials import ALL, LATENCY, Partial, merge_all
+from monitor.partials import ALL, BINARY, LATENCY, Partial, Sketch, merge_all
 from storage import models
 from storage.models import BucketPartial, FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
 from storage.store import Store, utc
@@ -143,7 +146,8 @@ def metrics(store: Store, service: str, *, since: datetime, until: datetime, mod
     if unknown:
         raise QueryError(f"metrics group by: unknown {sorted(unknown)}; use model_version and/or segment")
     groups = merged_partials(store, service, since=since, until=until, model_version=model_version,
-                             segment=segment, every=every, group_by=group_by, bucket_seconds=bucket_seconds)
+                             segment=segment, every=every, group_by=group_by, bucket_seconds=bucket_seconds,
+                             health_only=True)
     rows = [{**key, **partial_metrics(part)} for key, part in groups]
     frame = pd.DataFrame(rows)
     if frame.empty:
@@ -154,9 +158,11 @@ def metrics(store: Store, service: str, *, since: datetime, until: datetime, mod
 def merged_partials(store: Store, service: str, *, since: datetime, until: datetime,
                     model_version: str | None = None, segment: str | None = ALL,
                     every: timedelta | None = None, group_by: Sequence[str] = ("model_version",),
-                    bucket_seconds: int | None = None) -> list[tuple[dict[str, Any], Partial]]:
+                    bucket_seconds: int | None = None, health_only: bool = False
+                    ) -> list[tuple[dict[str, Any], Partial]]:
     """The stored partials in [since, until) merged per (period of `every`, group); keys hold period_start
-    (since when `every` is None) and the `group_by` columns. Sorted by key."""
+    (since when `every` is None) and the `group_by` columns. Sorted by key. `health_only`: only the counts
+    and sketches (what partial_metrics reads), decoded without the histograms: several times faster."""
     since, until = utc(since), utc(until)
     query = select(BucketPartial.model_version, BucketPartial.bucket_start, BucketPartial.bucket_seconds,
                    BucketPartial.segment, BucketPartial.payload).where(
@@ -179,7 +185,7 @@ def merged_partials(store: Store, service: str, *, since: datetime, until: datet
     step = every.total_seconds() if every is not None else None
     if step is not None and step <= 0:
         raise QueryError(f"every must be positive, got {every}")
-    parts: dict[tuple, list[Partial]] = defaultdict(list)
+    parts: dict[tuple, Any] = defaultdict(_HealthSum if health_only else list)
     for version, start, _size, seg, payload in rows:
         start = utc(start)
         if step is None:
@@ -187,12 +193,129 @@ def merged_partials(store: Store, service: str, *, since: datetime, until: datet
         else:
             period = start - timedelta(seconds=(start - since).total_seconds() % step)
         key = (period,) + tuple(version if g == "model_version" else seg for g in group_by)
-        parts[key].append(Partial.from_bytes(payload))
+        if health_only:
+            parts[key].add(payload)
+        else:
+            parts[key].append(Partial.from_bytes(payload))
     out = []
     for key in sorted(parts):
         named = {"period_start": key[0], **dict(zip(group_by, key[1:], strict=True))}
-        out.append((named, merge_all(parts[key])))
+        out.append((named, parts[key].partial() if health_only else merge_all(parts[key])))
     return out
+
+
+# Sketches and counts partial_metrics reads; the others (latency by length or replica, arrival times) are
+# left unmerged by metrics: their bins are most of a partial.
+BINCOUNT_SPAN = 1 << 16  # key ranges up to this wide are summed with bincount
+HEALTH_COUNTS = ("rows", "stage_rows", "status:ok", "status:timeout", "status:rejected", "status:error",
+                 "cache:hit", "cache:miss")
+
+
+def _health_sketch(name: str) -> bool:
+    return name == LATENCY or name.startswith((STAGE_PREFIX, SIGNAL_PREFIX))
+
+
+class _HealthSum:
+    """merge_all of what partial_metrics reads (HEALTH_COUNTS and the latency, stage and signal sketches),
+    straight from serialized partials: histograms are skipped unread, and the sketch bins of every partial
+    are gathered and added with numpy once at the end (decoding each partial whole took 0.4 ms)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+        self.values: list[np.ndarray] = []  # per partial: its sketch bins, as stored
+        self.size = 0  # values held so far
+        # name -> flat rows of (start in the concatenated values, npos, nneg, zero, count) and of
+        # (sum, sumsq, min, max): one pair of lists per sketch, turned into arrays at the end
+        self.ints: dict[str, list[int]] = defaultdict(list)
+        self.floats: dict[str, list[float]] = defaultdict(list)
+        self.wanted: dict[str, bool] = {}
+
+    def add(self, payload: bytes) -> None:
+        if payload[:4] != BINARY:  # a JSON payload, stored before the binary form or past int64
+            self._add_partial(Partial.from_bytes(payload))
+            return
+        (size,) = struct.unpack_from("<I", payload, 4)
+        head = json.loads(payload[8:8 + size])
+        width = head["int"]
+        skip = sum(bins for _, bins in head["hists"])
+        values = np.frombuffer(payload, dtype=f"<i{width}", offset=8 + size + skip * width)
+        counts, own = head["counts"], self.counts
+        for key in HEALTH_COUNTS:
+            if key in counts:
+                own[key] += counts[key]
+        i, base, wanted = 0, self.size, self.wanted
+        for row in head["sketches"]:
+            name, npos, nneg = row[0], row[1], row[2]
+            keep = wanted.get(name)
+            if keep is None:
+                keep = wanted[name] = _health_sketch(name)
+            if keep and row[4]:
+                self.ints[name].extend((base + i, npos, nneg, row[3], row[4]))
+                self.floats[name].extend(row[5:])
+            i += 2 * (npos + nneg)
+        if i != len(values):
+            raise ValueError(f"partial payload holds {skip + len(values)} values, its header describes {skip + i}")
+        self.values.append(values)
+        self.size += len(values)
+
+    def _add_partial(self, part: Partial) -> None:
+        for key in HEALTH_COUNTS:
+            self.counts[key] += part.counts[key]
+        for name, s in part.sketches.items():
+            if _health_sketch(name) and s.count:
+                bins = [_ints(m) for m in (s.pos, s.pos.values(), s.neg, s.neg.values())]
+                self.ints[name].extend((self.size, len(s.pos), len(s.neg), s.zero, s.count))
+                self.floats[name].extend((s.sum, s.sumsq, s.min, s.max))
+                self.values.append(np.concatenate(bins))
+                self.size += len(self.values[-1])
+
+    def partial(self) -> Partial:
+        """The merged Partial: HEALTH_COUNTS and the health sketches (no histograms or unseen values)."""
+        values = np.concatenate(self.values) if self.values else np.zeros(0, "int64")
+        sketches = {}
+        for name, ints in self.ints.items():
+            start, npos, nneg, zero, count = np.array(ints, dtype="int64").reshape(-1, 5).T
+            total, squares, lo, hi = np.array(self.floats[name], dtype="float64").reshape(-1, 4).T
+            pos = _add_bins(values, start, npos, start + npos)
+            neg = _add_bins(values, start + 2 * npos, nneg, start + 2 * npos + nneg)
+            # cumsum adds in order, as merge_all's running sum does: the float sums are the same to the bit.
+            sketches[name] = Sketch(pos, neg, int(zero.sum()), int(count.sum()), float(np.cumsum(total)[-1]),
+                                    float(np.cumsum(squares)[-1]), float(lo.min()), float(hi.max()))
+        return Partial(Counter({k: v for k, v in self.counts.items() if v > 0}), {}, sketches)
+
+
+def _ints(values: Iterable[int]) -> np.ndarray:
+    """Integers as an int64 array, or an object array when one is past int64 (JSON payloads hold those)."""
+    out = np.array(list(values))
+    return out if out.size else np.zeros(0, "int64")
+
+
+def _add_bins(values: np.ndarray, keys_at: np.ndarray, lengths: np.ndarray, counts_at: np.ndarray
+              ) -> dict[int, int]:
+    """The key-wise sum of the bin maps whose keys are values[keys_at[i]:keys_at[i] + lengths[i]] and
+    counts as long from counts_at[i]; exact (Python ints past int64's reach)."""
+    total = int(lengths.sum())
+    if not total:
+        return {}
+    # Every position of every range at once: its range's start plus its rank inside the range.
+    within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    k = values[np.repeat(keys_at, lengths) + within]
+    c = values[np.repeat(counts_at, lengths) + within]
+    if values.dtype == object or int(c.max()) >= 2**52 // total:  # past int64, or float64's exact integers
+        out: dict[int, int] = {}
+        for key, n in zip(k.tolist(), c.tolist(), strict=True):
+            out[key] = out.get(key, 0) + n
+        return out
+    k, c = k.astype("int64"), c.astype("int64")
+    low, high = int(k.min()), int(k.max())
+    if high - low < BINCOUNT_SPAN:  # sketch keys are a few hundred apart: a dense sum beats a sort
+        sums = np.bincount(k - low, weights=c, minlength=high - low + 1)  # exact: every sum below 2**52
+        hit = np.flatnonzero(np.bincount(k - low, minlength=high - low + 1))
+        return dict(zip((hit + low).tolist(), sums[hit].astype("int64").tolist(), strict=True))
+    order = np.argsort(k, kind="stable")
+    k, c = k[order], c[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    return dict(zip(k[starts].tolist(), np.add.reduceat(c, starts).tolist(), strict=True))
 
 
 def partial_metrics(part: Partial) -> dict[str, Any]:

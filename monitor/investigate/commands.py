@@ -294,7 +294,8 @@ def explain_cmd(
     from monitor.investigate.explain import explain, render
 
     _, svc, store = _setup(service, fmt)
-    result = _run(lambda: explain(store, svc.name, incident))
+    groups = svc.quality.groups if svc.quality is not None else {}
+    result = _run(lambda: explain(store, svc.name, incident, groups=groups))
     if fmt == "json":
         sys.stdout.write(json.dumps(q.jsonable(result.as_dict()), indent=2) + "\n")
     else:

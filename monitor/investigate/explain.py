@@ -7,6 +7,7 @@ windows: the explanation holds even where a verdict row carries no evidence (an 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +27,11 @@ CHANGE_LOOKBACK = timedelta(hours=6)  # versions first seen this long before the
 FIELD_CHECKS = ("drift", "missing_rate", "out_of_range", "unseen_categories", "length_distribution", "oov_rate")
 EVIDENCE_MAX = 12
 SLOWER_RATIO, SLOWER_MIN_MS = 1.2, 2.0  # total p95 during vs before from which "which stage" is asked
+# Label-quality findings score windows of hours or days: those overlapping the incident count, even when
+# they start before it or end after it (labels land late; their windows do not follow the tick's).
+LABEL_CHECKS = ("quality", "acceptance")
+LABEL_WINDOW_MAX = timedelta(days=7)
+WHOLE = ("all", "macro", "weighted")  # how far before the incident a label-quality window may start
 
 
 @dataclass(frozen=True)
@@ -52,8 +58,10 @@ class Explanation:
         return asdict(self)
 
 
-def explain(store: Store, service: str, incident_id: int, now: datetime | None = None) -> Explanation:
-    """The explanation of incident `incident_id` of `service`; QueryError if there is no such incident."""
+def explain(store: Store, service: str, incident_id: int, now: datetime | None = None,
+            groups: Mapping[str, str] | None = None) -> Explanation:
+    """The explanation of incident `incident_id` of `service`; QueryError if there is no such incident.
+    `groups`: the service's quality groups (name -> expression), so the affected ones are named with it."""
     frame = query.incidents(store, service, incident_id=incident_id)
     if frame.empty:
         raise query.QueryError(f"no incident {incident_id} for service {service} "
@@ -66,14 +74,17 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
     if len(verdicts) == 0:
         verdicts = query.verdicts(store, service, since=first, until=last, model_version=version)
     findings = query.findings(store, service, since=first, until=last, model_version=version)
-    findings = findings[findings["window_end"] <= pd.Timestamp(last)]
+    findings = findings[(findings["window_end"] <= pd.Timestamp(last)) & ~findings["check"].isin(LABEL_CHECKS)]
+    labelled = _label_findings(store, service, version, first, last)
+    if not labelled.empty:  # as records: concat warns on the all-None columns of either frame
+        findings = pd.DataFrame(findings.to_dict("records") + labelled.to_dict("records"), columns=findings.columns)
     breaches = findings[findings["status"] == "breach"]
 
     stages, top_stage = _stages(store, service, version, first, last)
     affected = _affected(breaches)
     evidence = _evidence(verdicts, breaches)
     changed = _what_changed(store, service, verdicts, first, last)
-    named = _named(top_stage, affected, evidence, changed, verdicts)
+    named = _named(top_stage, affected, evidence, changed, verdicts, groups or {})
     summary = next((s for s in reversed(verdicts["summary"].tolist()) if s), "") if "summary" in verdicts else ""
     counts = verdicts["verdict"].value_counts().to_dict() if len(verdicts) else {}
     incident = {k: query.jsonable(inc.get(k)) for k in query.INCIDENT_COLUMNS}
@@ -83,6 +94,15 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
         affected=affected, what_changed=changed,
         next_queries=_next_queries(store, service, incident_id, version, first, last, named, stages, verdicts),
         named=named, window=(first, last), before=(first - BEFORE, first))
+
+
+def _label_findings(store: Store, service: str, version: str | None, first: datetime, last: datetime
+                    ) -> pd.DataFrame:
+    """The quality and acceptance findings of `version` whose windows overlap [first, last)."""
+    frames = [query.findings(store, service, since=first - LABEL_WINDOW_MAX, until=last, model_version=version,
+                             check=check) for check in LABEL_CHECKS]
+    found = pd.DataFrame([r for f in frames for r in f.to_dict("records")], columns=frames[0].columns)
+    return found[found["window_end"] > pd.Timestamp(first)] if len(found) else found
 
 
 def _first(inc: dict, verdicts: pd.DataFrame) -> datetime:
@@ -241,8 +261,9 @@ def _rate(frame: pd.DataFrame, column: str) -> float | None:
 
 
 def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], changed: list[dict],
-           verdicts: pd.DataFrame) -> dict[str, Any]:
-    """The headline of each kind of cause, most cited first."""
+           verdicts: pd.DataFrame, groups: Mapping[str, str]) -> dict[str, Any]:
+    """The headline of each kind of cause, most cited first; `group_definitions` gives the expression of
+    each named group the config defines (a group is a slice of the inputs: `short_tenure` is `tenure < 12`)."""
     stage = top_stage
     for verdict, items in (zip(verdicts["verdict"], verdicts["attribution"], strict=True) if len(verdicts) else []):
         stages = (items or {}).get("stages") or {}
@@ -256,13 +277,15 @@ def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], ch
         out: list[str] = []
         for item in labelled:
             value = (item.get("labels") or {}).get(key)
-            if value is not None and str(value) not in out:
+            # `all`, `macro`, `weighted` are the whole traffic or an average of classes, not a part of either.
+            if value is not None and str(value) not in out and str(value) not in WHOLE:
                 out.append(str(value))
         return out
 
     return {"stage": stage, "fields": values("field") + ["cache_hit"] * cache, "segments": values("segment"),
             "classes": values("class"), "groups": values("group"), "signals": values("signal"),
             "outputs": values("output"),
+            "group_definitions": {g: groups[g] for g in values("group") if g in groups},
             "versions": [str(c["value"]) for c in changed if c.get("kind") == "model_version"],
             "changed": [c.get("text", "") for c in changed]}
 
@@ -322,7 +345,11 @@ def render(result: Explanation, console: Console) -> None:
              "verdicts of its windows: " + (", ".join(f"{k} x{v}" for k, v in result.verdicts.items()) or "none stored")]
     pointers = [f"stage [bold]{named['stage']}[/]"] if named.get("stage") else []
     pointers += [f"{k[:-1]} [bold]{', '.join(named[k][:4])}[/]"
-                 for k in ("fields", "segments", "classes", "groups", "signals", "outputs", "versions") if named.get(k)]
+                 for k in ("fields", "segments", "classes", "signals", "outputs", "versions") if named.get(k)]
+    defined = named.get("group_definitions") or {}
+    if named.get("groups"):
+        pointers.append("group " + ", ".join(f"[bold]{g}[/]" + (f" ({defined[g]})" if g in defined else "")
+                                             for g in named["groups"][:4]))
     if pointers:
         lines.append("points at: " + "; ".join(pointers))
     console.print(Panel("\n".join(lines), title=f"incident {inc['id']}", expand=False))

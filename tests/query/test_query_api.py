@@ -8,9 +8,11 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy import select
 
 from monitor import query as q
-from monitor.partials import ALL
+from monitor.partials import ALL, Partial, merge_all
+from storage.models import BucketPartial
 
 WINDOW = timedelta(minutes=15)
 
@@ -104,6 +106,32 @@ def test_metrics_per_period_and_segment(filled, scenario_run):
     assert ALL not in set(seg["segment"]) and seg["requests"].sum() == whole["requests"].iloc[0]
     with pytest.raises(q.QueryError):
         q.metrics(filled, "churn", since=start, until=end, group_by=["replica"])
+
+
+def test_metrics_read_partials_as_the_full_merge_does(filled, scenario_run):
+    """metrics decodes only the counts and sketches it reads, summing bins with numpy: the same figures, to
+    the bit, as decoding every partial whole and merging with merge_all; also for JSON payloads."""
+    start, end = span(scenario_run)
+    for segment, every, group_by in ((ALL, None, ("model_version",)), ("*", timedelta(minutes=15), ("segment",)),
+                                     (ALL, timedelta(minutes=5), ("model_version", "segment"))):
+        kw = dict(since=start, until=end, segment=segment, every=every, group_by=group_by)
+        fast = q.merged_partials(filled, "churn", health_only=True, **kw)
+        full = q.merged_partials(filled, "churn", **kw)
+        assert [k for k, _ in fast] == [k for k, _ in full] and len(fast) > 1
+        for (_, a), (_, b) in zip(fast, full, strict=True):
+            assert a.counts == {k: v for k, v in b.counts.items() if k in q.HEALTH_COUNTS}
+            assert a.sketches == {k: v for k, v in b.sketches.items() if q._health_sketch(k)}
+            assert q.partial_metrics(a) == q.partial_metrics(b)
+    with filled.transaction() as session:
+        payloads = session.scalars(select(BucketPartial.payload).where(BucketPartial.segment == ALL)).all()
+    parts = [Partial.from_bytes(p) for p in payloads[:20]]
+    acc = q._HealthSum()
+    for i, part in enumerate(parts):
+        acc.add(part._json() if i % 2 else part.to_bytes())  # both serialized forms, interleaved
+    merged, want = acc.partial(), merge_all(parts)
+    assert merged.counts == {k: v for k, v in want.counts.items() if k in q.HEALTH_COUNTS}
+    assert merged.sketches == {k: v for k, v in want.sketches.items() if q._health_sketch(k)}
+    assert len(merged.sketches) >= 5 and merged.counts["rows"] > 0
 
 
 def test_ticks_and_quarantine(filled, scenario_run):
