@@ -22,7 +22,7 @@ from monitor.labels import label_batch, orphan_reject, scored_rows
 from monitor.partials import fold, merge_bytes
 from monitor.profile import Profile, stored_profile
 from monitor.quality import score_service, windows_holding
-from monitor.sources import LINE, Batch, DirectorySource, SqlTableSource, open_source
+from monitor.sources import LINE, Batch, DirectorySource, SqlTableSource, open_source, release_memory
 from monitor.validate import validate
 from monitor.windows import score, store_scored, windows_for
 from storage.store import Store
@@ -70,7 +70,10 @@ class TickReport:
 
 def tick(config: Config, store: Store, now: datetime) -> list[TickReport]:
     """Run one tick for every configured service at clock `now` (UTC)."""
-    return [run_service(config, service, store, now) for service in config.services]
+    try:
+        return [run_service(config, service, store, now) for service in config.services]
+    finally:
+        release_memory()
 
 
 def run_service(config: Config, service: Service, store: Store, now: datetime) -> TickReport:

@@ -29,7 +29,7 @@ from monitor.engines.dataset import HOUR_FORMAT, PARTITION
 from monitor.frame import ARRIVED, STAGE_PREFIX, join
 from monitor.partials import Partial, fold, merge_all, merge_bytes
 from monitor.profile import Profile
-from monitor.sources import LINE
+from monitor.sources import LINE, release_memory
 from monitor.sources import _flag_oversize as flag_oversize  # the same oversize rule as the file sources
 from monitor.validate import field_kinds, validate
 from storage.store import PartialRow, Store
@@ -292,12 +292,6 @@ def fold_piece(fs, piece: Piece, scan: Scan, columns: list[str], rows: int, wher
         merged = merge_rows([*merged, *result.partials])
         release_memory()
     return ChunkResult(merged, counts), n
-
-
-def release_memory() -> None:
-    """Return freed Arrow memory to the system: the pool otherwise keeps the high-water mark of every
-    slice (mimalloc and jemalloc both cache freed pages), which shows as RSS growing with the scan."""
-    pa.default_memory_pool().release_unused()
 
 
 def filesystem(dataset: str, storage_options: dict | None = None):
