@@ -265,6 +265,8 @@ def _csv_times(lines: list[bytes], field: str) -> list:
 def _to_times(raw: list) -> pd.Series:
     """RFC 3339 text or epoch seconds -> UTC timestamps (NaT where unreadable)."""
     numeric = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce")
+    # Past ~2262 nanoseconds overflow, and pandas raises on that instead of coercing: NaT here first.
+    numeric = numeric.where(numeric.abs() < 9.2e9)
     as_epoch = pd.to_datetime(numeric, unit="s", utc=True, errors="coerce")
     text = pd.Series([r if isinstance(r, str) else None for r in raw], dtype=object)
     as_text = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
