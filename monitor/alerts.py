@@ -314,7 +314,6 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
     load = partial_loader(store, name)
     rule_results = [(rule, evaluate(rule, load, end, end - start)) for rule in service.rules]
     with store.transaction() as session:
-        store.record_versions(session, name, "model_version", store.first_buckets(session, name))
         versions = store.load_versions(session, name)
         cursor = session.get(AlertCursor, name)
         windows, last_tick = store.scored_since(session, name, cursor.last_tick_id if cursor else 0, now)

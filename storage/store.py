@@ -809,12 +809,6 @@ class Store:
         session.flush()
         return new
 
-    def first_buckets(self, session: Session, service: str) -> dict[str, datetime]:
-        """The earliest stored bucket start of each model version of `service` (when it was first seen)."""
-        query = (select(BucketPartial.model_version, func.min(BucketPartial.bucket_start))
-                 .where(BucketPartial.service == service).group_by(BucketPartial.model_version))
-        return {version: utc(first) for version, first in session.execute(query)}
-
     def scored_since(self, session: Session, service: str, after_tick: int, until: datetime) -> tuple[
             list[tuple[str, datetime, datetime]], int]:
         """Windows (model_version, start, end) whose findings ticks after `after_tick` with clock <= until
