@@ -18,3 +18,13 @@ def valid_row(i: int, request_id: str | None = None) -> dict:
 
 def valid_lines(n: int, start: int = 0) -> str:
     return "".join(json.dumps(valid_row(i)) + "\n" for i in range(start, start + n))
+
+
+def stored_rows(store, service: str = "churn") -> int:
+    """Rows folded into the stored all-traffic partials of `service`, over all time."""
+    from monitor.partials import ALL, Partial
+
+    with store.transaction() as s:
+        rows = store.load_partials(s, service, datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC),
+                                   segment=ALL)
+    return sum(Partial.from_bytes(r.payload).rows for r in rows)

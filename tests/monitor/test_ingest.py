@@ -10,11 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
-from tests_support import valid_row
+from tests_support import stored_rows, valid_row
 
 from monitor import config as config_mod
 from monitor.contract import Reason
-from monitor.partials import ALL, Partial
 from monitor.runner import tick
 from storage.models import QuarantineRow
 
@@ -97,13 +96,6 @@ def make_config(root, **limits) -> config_mod.Config:
         "limits": limits,
     }
     return config_mod.parse(raw)
-
-
-def stored_rows(store) -> int:
-    with store.transaction() as s:
-        rows = store.load_partials(s, "churn", datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC),
-                                   segment=ALL)
-    return sum(Partial.from_bytes(r.payload).rows for r in rows)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "jsonl.gz"])

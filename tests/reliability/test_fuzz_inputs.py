@@ -24,11 +24,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests_support import valid_row
+from tests_support import stored_rows, valid_row
 
 from monitor import config as config_mod
 from monitor.contract import Reason
-from monitor.partials import ALL, Partial
 from monitor.runner import tick
 from storage.store import Store
 
@@ -137,13 +136,6 @@ def service_config(root: Path, name: str, *, timings: bool = False, fmt: str = "
         "schema": {"features": {"tenure": "numeric", "Contract": "categorical", "notes": "text"},
                    "segments": ["Contract"]},
         "join": {"lateness": "0s"}}]})
-
-
-def stored_rows(store: Store, service: str) -> int:
-    with store.transaction() as s:
-        rows = store.load_partials(s, service, datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC),
-                                   segment=ALL)
-    return sum(Partial.from_bytes(r.payload).rows for r in rows)
 
 
 def tick_and_account(store: Store, cfg: config_mod.Config, kind: str = "predictions") -> dict:
