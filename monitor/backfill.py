@@ -38,6 +38,7 @@ from rich.progress import (
 from monitor import jobs
 from monitor.config import Config, FileSource
 from monitor.sources import DirectorySource, file_format
+from monitor.validate import _from_epoch
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -265,9 +266,8 @@ def _csv_times(lines: list[bytes], field: str) -> list:
 def _to_times(raw: list) -> pd.Series:
     """RFC 3339 text or epoch seconds -> UTC timestamps (NaT where unreadable)."""
     numeric = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce")
-    # Past ~2262 nanoseconds overflow, and pandas raises on that instead of coercing: NaT here first.
-    numeric = numeric.where(numeric.abs() < 9.2e9)
-    as_epoch = pd.to_datetime(numeric, unit="s", utc=True, errors="coerce")
+    # The contract's own epoch conversion: pandas' unit="s" path can raise on NaN (it rounds unset memory).
+    as_epoch = _from_epoch(numeric.astype(float))
     text = pd.Series([r if isinstance(r, str) else None for r in raw], dtype=object)
     as_text = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
     return as_text.fillna(as_epoch)
