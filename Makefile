@@ -18,7 +18,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/tailwatch demo
 
+# Test setup: Debian's chromium for the report's browser test (installed when absent and allowed).
 test: $(STAMP)
+	sh tests/setup/browser.sh
 	$(BIN)/python -m pytest -q
 
 # Fuzz, fault, crash and canary tests, with a summary table (rows lost and duplicates must be 0).
