@@ -17,7 +17,9 @@ from rich.console import Console
 from rich.panel import Panel
 
 from monitor import query
+from monitor.frame import STAGE_PREFIX
 from monitor.investigate.output import table
+from monitor.partials import CACHE_TIME, LATENCY
 from storage.models import VersionSeen
 from storage.store import Store
 
@@ -32,14 +34,19 @@ SLOWER_RATIO, SLOWER_MIN_MS = 1.2, 2.0  # total p95 during vs before from which 
 LABEL_CHECKS = ("quality", "acceptance")
 LABEL_WINDOW_MAX = timedelta(days=7)
 WHOLE = ("all", "macro", "weighted")  # how far before the incident a label-quality window may start
+# A stage whose mean time on cache hits is under this share of its mean on misses is one a hit skips.
+SKIPPED_SHARE = 0.1
+# "More misses" explains a slowdown when the shift from hits to misses carries this share of the mean increase.
+MIX_SHARE = 0.5
 
 
 @dataclass(frozen=True)
 class Explanation:
     """What `explain` says about one incident. Tables are lists of plain dicts (JSON-ready).
 
-    named: the headline of each kind of cause — stage (largest share of the latency increase), fields,
-    segments, classes, groups, signals and versions that changed."""
+    named: the headline of each kind of cause — stage (largest share of the latency increase), the stages
+    cache misses newly run (`cache_path`), fields, segments, classes, groups, signals and versions that changed.
+    cache: the mean latency increase split into more cache misses and slower requests (None: no cache)."""
 
     incident: dict[str, Any]
     verdict: str
@@ -53,6 +60,7 @@ class Explanation:
     named: dict[str, Any] = field(default_factory=dict)
     window: tuple[datetime, datetime] | None = None
     before: tuple[datetime, datetime] | None = None
+    cache: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,10 +89,11 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
     breaches = findings[findings["status"] == "breach"]
 
     stages, top_stage = _stages(store, service, version, first, last)
+    cache = _cache_split(store, service, version, first, last)
     affected = _affected(breaches)
     evidence = _evidence(verdicts, breaches)
     changed = _what_changed(store, service, verdicts, first, last)
-    named = _named(top_stage, affected, evidence, changed, verdicts, groups or {})
+    named = _named(top_stage, affected, evidence, changed, verdicts, groups or {}, cache)
     summary = next((s for s in reversed(verdicts["summary"].tolist()) if s), "") if "summary" in verdicts else ""
     counts = verdicts["verdict"].value_counts().to_dict() if len(verdicts) else {}
     incident = {k: query.jsonable(inc.get(k)) for k in query.INCIDENT_COLUMNS}
@@ -93,7 +102,7 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
         verdicts={str(k): int(v) for k, v in counts.items()}, evidence=evidence, stages=stages,
         affected=affected, what_changed=changed,
         next_queries=_next_queries(store, service, incident_id, version, first, last, named, stages, verdicts),
-        named=named, window=(first, last), before=(first - BEFORE, first))
+        named=named, window=(first, last), before=(first - BEFORE, first), cache=cache)
 
 
 def _label_findings(store: Store, service: str, version: str | None, first: datetime, last: datetime
@@ -153,6 +162,48 @@ def _stages(store: Store, service: str, version: str | None, first: datetime, la
     top = max(gains, key=gains.get) if total_gain > 0 and slower else None
     rows.append({"stage": "(requests)", "p50_before": int(b["requests"]), "p50_during": int(d["requests"])})
     return rows, top
+
+
+def _cache_split(store: Store, service: str, version: str | None, first: datetime, last: datetime
+                 ) -> dict[str, Any] | None:
+    """The mean latency before and during (ms), split into the part that more cache misses add (the shift
+    from hits to misses, at the before span's time per hit and per miss) and the part requests at the same
+    outcome add (slower hits or misses); each stage's mean per hit and per miss, and the stages a hit skips.
+    Means add up where quantiles do not. None without timed hits and misses in both spans."""
+    spans = [query.merged_partials(store, service, since=first - BEFORE, until=first, group_by=()),
+             query.merged_partials(store, service, since=first, until=last, model_version=version, group_by=())]
+    if not all(spans):
+        return None
+    (b, d) = (span[0][1].counts for span in spans)
+    hits_b, miss_b = b[f"{CACHE_TIME}hit:rows"], b[f"{CACHE_TIME}miss:rows"]
+    hits_d, miss_d = d[f"{CACHE_TIME}hit:rows"], d[f"{CACHE_TIME}miss:rows"]
+    if not (hits_b and miss_b and miss_d and hits_d + miss_d):
+        return None
+
+    def mean_ms(c, outcome: str, name: str, n: int) -> float:
+        return c[f"{CACHE_TIME}{outcome}:{name}"] / n / 1000 if n else 0.0
+
+    share_b, share_d = miss_b / (hits_b + miss_b), miss_d / (hits_d + miss_d)
+    names = [LATENCY] + sorted({k.split(":", 2)[2] for k in d if k.startswith(CACHE_TIME)
+                                and k.split(":", 2)[2].startswith(STAGE_PREFIX)})
+    rows = []
+    for name in names:
+        hit, miss = mean_ms(b, "hit", name, hits_b), mean_ms(b, "miss", name, miss_b)
+        rows.append({"stage": "total" if name == LATENCY else name[len(STAGE_PREFIX):],
+                     "hit_ms": round(hit, 3), "miss_ms": round(miss, 3),
+                     "hit_ms_during": round(mean_ms(d, "hit", name, hits_d), 3),
+                     "miss_ms_during": round(mean_ms(d, "miss", name, miss_d), 3),
+                     "from_misses_ms": round((share_d - share_b) * (miss - hit), 3)})
+    total = rows[0]
+    mean_b = (1 - share_b) * total["hit_ms"] + share_b * total["miss_ms"]
+    mean_d = (1 - share_d) * total["hit_ms_during"] + share_d * total["miss_ms_during"]
+    skipped = sorted((r for r in rows[1:] if r["miss_ms"] > 0 and r["hit_ms"] < SKIPPED_SHARE * r["miss_ms"]),
+                     key=lambda r: -r["from_misses_ms"])
+    return {"miss_share_before": round(share_b, 4), "miss_share_during": round(share_d, 4),
+            "mean_ms_before": round(mean_b, 3), "mean_ms_during": round(mean_d, 3),
+            "from_misses_ms": total["from_misses_ms"],
+            "from_slower_requests_ms": round(mean_d - mean_b - total["from_misses_ms"], 3),
+            "skipped_by_hits": [r["stage"] for r in skipped], "stages": rows}
 
 
 def _num(value: Any) -> float | None:
@@ -261,9 +312,11 @@ def _rate(frame: pd.DataFrame, column: str) -> float | None:
 
 
 def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], changed: list[dict],
-           verdicts: pd.DataFrame, groups: Mapping[str, str]) -> dict[str, Any]:
+           verdicts: pd.DataFrame, groups: Mapping[str, str], cache_split: dict | None = None) -> dict[str, Any]:
     """The headline of each kind of cause, most cited first; `group_definitions` gives the expression of
-    each named group the config defines (a group is a slice of the inputs: `short_tenure` is `tenure < 12`)."""
+    each named group the config defines (a group is a slice of the inputs: `short_tenure` is `tenure < 12`).
+    `cache_path`: when the cache is implicated and more misses carry most of the mean increase, the stages
+    a hit skips, most added time first — the work the lost hits now send down the serving path."""
     stage = top_stage
     for verdict, items in (zip(verdicts["verdict"], verdicts["attribution"], strict=True) if len(verdicts) else []):
         stages = (items or {}).get("stages") or {}
@@ -282,7 +335,11 @@ def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], ch
                 out.append(str(value))
         return out
 
-    return {"stage": stage, "fields": values("field") + ["cache_hit"] * cache, "segments": values("segment"),
+    increase = cache_split and cache_split["mean_ms_during"] - cache_split["mean_ms_before"]
+    path = (cache_split["skipped_by_hits"] if cache and increase and increase > 0
+            and cache_split["from_misses_ms"] >= MIX_SHARE * increase else [])
+    return {"stage": stage, "cache_path": path,
+            "fields": values("field") + ["cache_hit"] * cache, "segments": values("segment"),
             "classes": values("class"), "groups": values("group"), "signals": values("signal"),
             "outputs": values("output"),
             "group_definitions": {g: groups[g] for g in values("group") if g in groups},
@@ -294,6 +351,8 @@ def _fallback_summary(inc: dict, named: dict) -> str:
     parts = [str(inc.get("verdict"))]
     if named.get("stage"):
         parts.append(f"stage {named['stage']}")
+    if named.get("cache_path"):
+        parts.append(f"cache misses now run {', '.join(named['cache_path'])}")
     for key in ("fields", "segments", "classes", "groups"):
         if named.get(key):
             parts.append(f"{key[:-1]} {', '.join(named[key][:3])}")
@@ -344,6 +403,8 @@ def render(result: Explanation, console: Console) -> None:
              f"windows {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC",
              "verdicts of its windows: " + (", ".join(f"{k} x{v}" for k, v in result.verdicts.items()) or "none stored")]
     pointers = [f"stage [bold]{named['stage']}[/]"] if named.get("stage") else []
+    if named.get("cache_path"):
+        pointers.append(f"cache misses now run [bold]{', '.join(named['cache_path'])}[/]")
     pointers += [f"{k[:-1]} [bold]{', '.join(named[k][:4])}[/]"
                  for k in ("fields", "segments", "classes", "signals", "outputs", "versions") if named.get(k)]
     defined = named.get("group_definitions") or {}
@@ -363,6 +424,14 @@ def render(result: Explanation, console: Console) -> None:
                             "during = the incident's windows",
                             ["stage", "p50_before", "p50_during", "p95_before", "p95_during", "p99_before",
                              "p99_during", "p95_change_ms", "share_of_increase"]))
+    if result.cache:
+        c = result.cache
+        console.print(table(pd.DataFrame(c["stages"]),
+                            f"cache hits vs misses, mean ms per request: miss share {c['miss_share_before']:.1%} "
+                            f"before, {c['miss_share_during']:.1%} during; of the {c['mean_ms_during'] - c['mean_ms_before']:+.2f} ms "
+                            f"mean change, more misses add {c['from_misses_ms']:+.2f} ms and slower requests "
+                            f"{c['from_slower_requests_ms']:+.2f} ms",
+                            ["stage", "hit_ms", "miss_ms", "hit_ms_during", "miss_ms_during", "from_misses_ms"]))
     if result.affected:
         console.print(table(pd.DataFrame(result.affected), "affected segments, classes, groups and fields",
                             ["check", "labels", "value", "baseline", "n", "interval", "windows"]))
