@@ -57,6 +57,10 @@ ROUTE_VALUES = 256  # values per routing field a fold keeps apart; the rarer one
 ROUTE_OTHER = "<other>"
 STALE = "stale:cache_version"  # unseen-style top of the cache_version values of stale hits
 CACHE_STATES = ("cold", "warm")
+# Counts `cache_us:<hit|miss>:rows` and `cache_us:<hit|miss>:<latency key>`: timed requests per cache outcome
+# and their summed time in integer microseconds (integers, so a split merges back exactly). What a miss costs
+# over a hit, stage by stage: explain splits a slowdown into "more misses" and "slower requests".
+CACHE_TIME = "cache_us:"
 OOV_SAMPLE = 8  # oov counts take the distinct texts whose text_hash is 0 mod this (the same texts in any split)
 
 _MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
@@ -645,6 +649,8 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         _count(accs, "cache:hit", hits)
         _count(accs, "cache:miss", misses)
         _fold_cache(frame, hits, misses, accs)
+        if timed:
+            _fold_cache_time(frame, hits & joined, misses & joined, accs)
     _fold_service(frame, accs)
 
     for name in [LATENCY] + [c for c in frame.columns if c.startswith(STAGE_PREFIX)]:
@@ -792,6 +798,19 @@ def _fold_cache(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, accs:
             on = state.eq(name).to_numpy(dtype=bool)
             _count(accs, f"cache:hit:{name}", hits & on)
             _count(accs, f"cache:miss:{name}", misses & on)
+
+
+def _fold_cache_time(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, accs: list[_Acc]) -> None:
+    """Per cache outcome of the timed requests, their count and summed total and stage times (CACHE_TIME).
+    A stage a hit skips has no timing row: it counts as 0 ms, which is what the request spent in it."""
+    outcomes = [(outcome, rows) for outcome, rows in (("hit", hits), ("miss", misses)) if rows.any()]
+    for outcome, rows in outcomes:
+        _count(accs, f"{CACHE_TIME}{outcome}:rows", rows)
+    for name in [LATENCY] + [c for c in frame.columns if c.startswith(STAGE_PREFIX)]:
+        if name in frame and outcomes:
+            us = np.rint(np.nan_to_num(_numbers(frame[name]), nan=0.0, posinf=0.0, neginf=0.0) * 1000)
+            for outcome, rows in outcomes:
+                _sum(accs, f"{CACHE_TIME}{outcome}:{name}", np.where(rows, us, 0.0))
 
 
 def _top_values(accs: list[_Acc], key: str, rows: np.ndarray, texts: np.ndarray) -> None:

@@ -106,6 +106,9 @@ def test_fold_with_profile_counts_ranges_unseen_hists_cache_stages_signals():
     assert (c["missing:x"], c["missing:c"], c["missing:t"], c["missing:queue_depth"]) == (1, 1, 1, 1)
     assert (c["below:x"], c["above:x"], c["unseen:c"]) == (1, 1, 2)
     assert (c["cache:hit"], c["cache:miss"], c["joined"], c["stage_rows"]) == (2, 1, 4, 4)
+    # time per cache outcome, in integer microseconds: the miss's 2 ms model stage; the hits spent 0 there
+    assert (c["cache_us:hit:rows"], c["cache_us:miss:rows"], c["cache_us:miss:stage.model"]) == (2, 1, 2000)
+    assert "cache_us:hit:stage.model" not in c
     assert p.unseen == {"c": Counter({"zzz": 2})}
     assert sum(p.hists["x"]) == 3 and sum(p.hists["c"]) == 3 and p.hists["c"][-1] == 2
     assert sum(p.hists["len:t"]) == 3 and sum(p.hists["prediction"]) == 4 and sum(p.hists["score:yes"]) == 3
