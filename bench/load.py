@@ -7,7 +7,7 @@ traffic, on this machine. Does the tick keep up with its interval, and does memo
 A writer (this process) appends each tick's 5 minutes of traffic to rotating JSON Lines files, then a
 long-lived child process runs the daemon's tick job (`monitor.jobs.tick_job`: ingest, checks, verdicts,
 alerts) on a SQLite store with the clock at the end of that interval and reports the tick's time and its
-resident memory. Files of ticks
+resident memory (all, and anonymous: without the file-backed pages of libraries). Files of ticks
 already read are deleted (rotation), as a log shipper would.
 Exits 1 when the median tick takes more than half the interval, or when the median resident memory of the
 last three ticks exceeds that of ticks 2-4 (after warm-up) by more than 15% (memory not flat).
@@ -56,18 +56,18 @@ store.upgrade()
 def rss():
     with open("/proc/self/status") as fh:
         fields = dict(line.split(":", 1) for line in fh)
-    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+    return [int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM", "RssAnon")]
 
 for line in sys.stdin:
     now = datetime.fromisoformat(line.strip())
     started = time.perf_counter()
     [report] = tick_job(cfg, store, now)
     seconds = time.perf_counter() - started
-    current, peak = rss()
+    current, peak, anon = rss()
     print(json.dumps({"seconds": seconds, "status": report.status, "error": report.error,
                       "read": dict(report.read), "accepted": dict(report.accepted), "folded": report.folded,
                       "joined": report.joined, "quarantined": sum(report.quarantined.values()),
-                      "rss": current, "peak": peak}), flush=True)
+                      "rss": current, "peak": peak, "anon": anon}), flush=True)
 """
 
 
@@ -125,7 +125,8 @@ def main() -> int:
     try:
         print(f"{args.ticks} ticks x {args.rows:,} predictions + {args.rows * len(STAGES):,} stage timings, "
               f"JSON Lines, interval {INTERVAL}")
-        print(f"{'tick':>4} {'write s':>8} {'tick s':>8} {'read':>11} {'folded':>10} {'RSS MiB':>8} {'peak MiB':>9}")
+        print(f"{'tick':>4} {'write s':>8} {'tick s':>8} {'read':>11} {'folded':>10} {'RSS MiB':>8} "
+              f"{'anon MiB':>9} {'peak MiB':>9}")
         for k in range(args.ticks):
             started = time.perf_counter()
             predictions, timings = traffic(k, args.rows)
@@ -146,7 +147,8 @@ def main() -> int:
                 raise RuntimeError(f"tick {k} failed: {result['error']}")
             results.append(result)
             print(f"{k:>4} {written:>8.1f} {result['seconds']:>8.1f} {sum(result['read'].values()):>11,} "
-                  f"{result['folded']:>10,} {result['rss'] / 2**20:>8.0f} {result['peak'] / 2**20:>9.0f}", flush=True)
+                  f"{result['folded']:>10,} {result['rss'] / 2**20:>8.0f} {result['anon'] / 2**20:>9.0f} "
+                  f"{result['peak'] / 2**20:>9.0f}", flush=True)
     finally:
         child.stdin.close()
         child.wait(timeout=60)
@@ -166,6 +168,9 @@ def main() -> int:
           f"max {max(seconds):.1f} s), {rows_per_s:,.0f} input rows/s")
     print(f"resident memory, median of ticks 2-4: {base / 2**20:.0f} MiB, of the last 3: {end / 2**20:.0f} MiB "
           f"({growth:+.1%}); peak {max(r['peak'] for r in results) / 2**20:.0f} MiB")
+    anon = [r["anon"] for r in results]  # RSS less file-backed pages (libraries, page cache): heap memory
+    print(f"anonymous memory, median of ticks 2-4: {statistics.median(anon[1:4] or anon) / 2**20:.0f} MiB, "
+          f"of the last 3: {statistics.median(anon[-3:]) / 2**20:.0f} MiB")
     ok = share <= MAX_TICK_SHARE and growth <= MAX_GROWTH
     print("targets: tick <= 50% of the interval, memory growth <= 15%:", "met" if ok else "MISSED")
     return 0 if ok else 1

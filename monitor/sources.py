@@ -745,6 +745,9 @@ def open_source(name: str, config: FileSource | SqlSource, limits: Limits) -> Di
 def release_memory() -> None:
     """Hand the memory a tick or a scan freed back to the system: Arrow's pool (mimalloc) and glibc's heap
     keep freed pages otherwise, and a daemon's resident size would creep up tick after tick."""
+    from monitor.memory import tune_malloc  # trimming alone misses thread arenas: see there
+
+    tune_malloc()  # once per process; before the next tick, if the daemon did not call it at start
     pa.default_memory_pool().release_unused()
     libc = ctypes.util.find_library("c")  # glibc's malloc_trim: CPython and numpy allocate through it
     if libc:
