@@ -19,7 +19,18 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
@@ -46,6 +57,8 @@ log = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_S = 10
+# Connection execution option that `transaction(durable=False)` sets (read by the SQLite begin hook).
+_DURABLE = "tailwatch_durable"
 
 TICK_STATUSES = ("running", "ok", "error")
 TICK_COUNTS = ("rows_read", "accepted", "quarantined", "joined", "unmatched", "duplicates")
@@ -59,6 +72,29 @@ VERDICT_FIELDS = (
     "verdict", "estimated", "rows", "evidence", "attribution", "what_changed", "next_steps", "rollback_to",
     "summary", "incident_id",
 )
+
+
+_PARTIALS = BucketPartial.__table__
+# upsert_partials' statements (see there). Expanding IN parameters: one cached statement for any batch.
+_STORED_PARTIALS = select(
+    _PARTIALS.c.model_version, _PARTIALS.c.bucket_start, _PARTIALS.c.bucket_seconds, _PARTIALS.c.segment,
+    _PARTIALS.c.rows, _PARTIALS.c.payload,
+).where(
+    _PARTIALS.c.service == bindparam("service"),
+    _PARTIALS.c.model_version.in_(bindparam("versions", expanding=True)),
+    _PARTIALS.c.bucket_start >= bindparam("lo"),
+    _PARTIALS.c.bucket_start <= bindparam("hi"),
+    _PARTIALS.c.bucket_seconds.in_(bindparam("seconds", expanding=True)),
+    _PARTIALS.c.segment.in_(bindparam("segments", expanding=True)),
+)
+_UPDATE_PARTIAL = update(_PARTIALS).where(
+    _PARTIALS.c.service == bindparam("k_service"),
+    _PARTIALS.c.model_version == bindparam("k_model_version"),
+    _PARTIALS.c.bucket_start == bindparam("k_bucket_start"),
+    _PARTIALS.c.bucket_seconds == bindparam("k_bucket_seconds"),
+    _PARTIALS.c.segment == bindparam("k_segment"),
+).values(rows=bindparam("rows"), payload=bindparam("payload"), updated_at=bindparam("updated_at"))
+_INSERT_PARTIAL = insert(_PARTIALS)
 
 
 class StoreError(RuntimeError):
@@ -201,6 +237,12 @@ class Store:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
+            # WAL with FULL syncs the log at each commit; NORMAL leaves that to the next FULL commit or
+            # checkpoint (see `transaction`). SQLite takes the level only outside a transaction.
+            level = "FULL" if conn.get_execution_options().get(_DURABLE, True) else "NORMAL"
+            if conn.info.get("synchronous") != level:
+                conn.exec_driver_sql(f"PRAGMA synchronous={level}")
+                conn.info["synchronous"] = level
             conn.exec_driver_sql("BEGIN")
 
         return engine
@@ -228,18 +270,27 @@ class Store:
         raise StoreError(f"cannot connect to {self.safe_url}: {error}")
 
     @contextmanager
-    def transaction(self) -> Iterator[Session]:
-        """A Session that commits when the block ends and rolls back if it raises."""
+    def transaction(self, durable: bool = True) -> Iterator[Session]:
+        """A Session that commits when the block ends and rolls back if it raises.
+
+        `durable=False`: the commit does not wait for the disk. It is still atomic and survives a crash of
+        the process; only an OS crash or power cut can undo it, and then only together with every commit
+        after it, up to the next durable commit (which makes it durable too). For work that is redone from
+        what such a rollback leaves: a tick step commits its source offsets with its results.
+        """
         session = self._sessions()
         error = None
         try:
-            session.connection()  # connect now, so a dead server fails here with a clean message
+            # Connect now, so a dead server fails here with a clean message.
+            conn = session.connection(execution_options=None if durable else {_DURABLE: False})
         except Exception as exc:
             error = self._scrub(exc)
         if error is not None:
             session.close()
             raise StoreError(f"cannot connect to {self.safe_url}: {error}")
         try:
+            if not durable and conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")  # this transaction only
             yield session
             session.commit()
         except BaseException:
@@ -397,37 +448,29 @@ class Store:
         starts = [k[1] for k in batch]
         # One SELECT for every possibly-stored key: the batch's bounding box, matched in Python.
         # A range (not an IN of tuples) keeps the bind-parameter count flat for any batch size.
-        stored = session.execute(
-            select(
-                BucketPartial.model_version, BucketPartial.bucket_start, BucketPartial.bucket_seconds,
-                BucketPartial.segment, BucketPartial.rows, BucketPartial.payload,
-            ).where(
-                BucketPartial.service == service,
-                BucketPartial.model_version.in_({k[0] for k in batch}),
-                BucketPartial.bucket_start >= min(starts),
-                BucketPartial.bucket_start <= max(starts),
-                BucketPartial.bucket_seconds.in_({k[2] for k in batch}),
-                BucketPartial.segment.in_({k[3] for k in batch}),
-            )
-        ).all()
+        stored = session.execute(_STORED_PARTIALS, {
+            "service": service, "versions": sorted({k[0] for k in batch}), "lo": min(starts), "hi": max(starts),
+            "seconds": sorted({k[2] for k in batch}), "segments": sorted({k[3] for k in batch}),
+        }).all()
         old = {(r[0], utc(r[1]), r[2], r[3]): (r[4], r[5]) for r in stored}
         now = self.clock()
         updates, inserts = [], []
         for key, row in batch.items():
-            values = {
-                "service": service, "model_version": key[0], "bucket_start": key[1],
-                "bucket_seconds": key[2], "segment": key[3], "updated_at": now,
-            }
             if key in old:
                 old_rows, old_payload = old[key]
-                merged = merge(old_payload, row.payload)
-                updates.append({**values, "rows": old_rows + int(row.rows), "payload": merged})
+                updates.append({"k_service": service, "k_model_version": key[0], "k_bucket_start": key[1],
+                                "k_bucket_seconds": key[2], "k_segment": key[3], "rows": old_rows + int(row.rows),
+                                "payload": merge(old_payload, row.payload), "updated_at": now})
             else:
-                inserts.append({**values, "rows": int(row.rows), "payload": row.payload})
+                inserts.append({"service": service, "model_version": key[0], "bucket_start": key[1],
+                                "bucket_seconds": key[2], "segment": key[3], "rows": int(row.rows),
+                                "payload": row.payload, "updated_at": now})
+        # Core statements on the table, built once: a tick upserts a few rows, and the ORM's bulk
+        # machinery (and building the statements anew) cost more than the rows themselves.
         if updates:
-            session.execute(update(BucketPartial), updates)
+            session.execute(_UPDATE_PARTIAL, updates)
         if inserts:
-            session.execute(insert(BucketPartial), inserts)
+            session.execute(_INSERT_PARTIAL, inserts)
 
     def load_partials(
         self,

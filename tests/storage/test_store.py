@@ -227,6 +227,24 @@ def test_upsert_partials_issues_a_constant_number_of_statements(store: Store) ->
     assert len(data_statements) <= 4, data_statements
 
 
+def test_transaction_durable_false_skips_the_disk_wait_of_its_own_commit_only(store: Store) -> None:
+    sqlite = store.engine.dialect.name == "sqlite"
+
+    def level(session) -> object:
+        sql = "PRAGMA synchronous" if sqlite else "SHOW synchronous_commit"
+        return session.connection().exec_driver_sql(sql).scalar()
+
+    seen = []
+    for durable in (False, True, False, True):  # the pooled connection is reused: the level is set each time
+        with store.transaction(durable=durable) as session:
+            seen.append(level(session))
+            store.upsert_partials(session, "svc", [partial(5 * len(seen), {"ok": 1})], merge_counts)
+    fast, full = (1, 2) if sqlite else ("off", "on")  # SQLite: NORMAL, FULL
+    assert seen == [fast, full, fast, full]
+    with store.transaction() as session:
+        assert len(store.load_partials(session, "svc", T0, T0 + timedelta(hours=1))) == 4
+
+
 def test_load_partials_filters(store: Store) -> None:
     rows = [
         partial(0, {"ok": 1}),
