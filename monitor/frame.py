@@ -104,7 +104,8 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _distinct_fixed_width(ids: pa.ChunkedArray) -> bool:
-    """True when the ids are surely all distinct: same-length text (a usual id), hashed in numpy.
+    """True when the ids are surely all distinct: same-length text (a usual id), in increasing order
+    (sequence numbers, ULIDs, UUIDv7: no hashing needed) or else hashed in numpy.
 
     Equal ids hash alike, so distinct hashes prove distinct ids; a shared hash (or another kind of id)
     answers False, and the caller checks exactly.
@@ -117,7 +118,7 @@ def _distinct_fixed_width(ids: pa.ChunkedArray) -> bool:
     if w != width["max"].as_py() or not 0 < w <= 64:
         return False
     words = -(-w // 8)
-    hashes = []
+    blocks = []
     for chunk in ids.chunks:
         if not len(chunk):
             continue
@@ -128,14 +129,25 @@ def _distinct_fixed_width(ids: pa.ChunkedArray) -> bool:
             padded = np.zeros((len(chunk), words * 8), dtype=np.uint8)
             padded[:, :w] = data
             data = padded
-        cells = np.ascontiguousarray(data).view(np.uint64)
-        h = cells[:, 0].copy()
-        for j in range(1, words):
-            h *= _MIX
-            h ^= cells[:, j]
-        hashes.append(h)
-    h = np.concatenate(hashes) if len(hashes) > 1 else hashes[0]
+        blocks.append(np.ascontiguousarray(data).view(np.uint64))
+    cells = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+    if _increasing(cells.view(">u8")):  # the bytes read big-endian compare as the texts do
+        return True
+    h = cells[:, 0].copy()
+    for j in range(1, words):
+        h *= _MIX
+        h ^= cells[:, j]
     return len(pd.unique(h)) == len(h)
+
+
+def _increasing(rows: np.ndarray) -> bool:
+    """Whether each row of unsigned words is greater than the one before (compared word by word)."""
+    greater = rows[1:, 0] > rows[:-1, 0]
+    equal = rows[1:, 0] == rows[:-1, 0]
+    for j in range(1, rows.shape[1]):
+        greater |= equal & (rows[1:, j] > rows[:-1, j])
+        equal &= rows[1:, j] == rows[:-1, j]
+    return bool(greater.all())
 
 
 def _wide(timings: pd.DataFrame) -> pd.DataFrame:

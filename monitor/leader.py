@@ -59,8 +59,8 @@ class Fenced:
         return getattr(self._store, name)
 
     @contextmanager
-    def transaction(self) -> Iterator[Session]:
-        with self._store.transaction() as session:
+    def transaction(self, durable: bool = True) -> Iterator[Session]:
+        with self._store.transaction(durable) as session:
             self._lock.fence(session)
             yield session
 

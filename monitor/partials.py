@@ -88,8 +88,8 @@ class Sketch:
     @classmethod
     def of(cls, values: np.ndarray) -> Sketch:
         """The sketch of `values` (non-finite values, and those beyond 1e150, are skipped)."""
-        parts = _sketches(np.asarray(values, dtype=float), np.zeros(len(values), "int64"), 1)
-        return parts[0] if parts else cls()
+        table = _Values(values).table(_Acc(np.zeros(len(values), "int64"), 1))
+        return table.sketches()[0] if table is not None else cls()
 
     def merge(self, other: Sketch) -> Sketch:
         if not other.count:
@@ -434,11 +434,13 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
     # Each per-row value is computed once, counted into every grouping, and dropped.
     _fold_rows(frame, schema or Schema(), prof, timed, accs)
     out: list[PartialRow] = []
+    # The keys as Python objects once, not a pandas scalar per partial.
+    versions, starts = list(mv_values), [b.to_pydatetime() for b in b_values]
     for acc, (mv_of, b_of, seg_of, seg_values) in zip(accs, keyed, strict=True):
-        for i, (rows, payload) in enumerate(acc.payloads(prof)):
-            out.append(PartialRow(model_version=mv_values[mv_of[i]], bucket_start=b_values[b_of[i]].to_pydatetime(),
-                                  bucket_seconds=seconds, segment=seg_values[seg_of[i]], rows=rows,
-                                  payload=payload))
+        for (rows, payload), m, b, seg in zip(acc.payloads(prof), mv_of.tolist(), b_of.tolist(), seg_of.tolist(),
+                                             strict=True):
+            out.append(PartialRow(model_version=versions[m], bucket_start=starts[b], bucket_seconds=seconds,
+                                  segment=seg_values[seg], rows=rows, payload=payload))
     return out
 
 
@@ -515,9 +517,10 @@ class _Acc:
         self.g, self.groups = g, groups
         self._order: np.ndarray | None = None
         self._sorted: bool | None = None
+        self._runs: tuple[np.ndarray, np.ndarray] | None = None
         self.counts: dict[str, np.ndarray] = {}  # name -> int64 per group
         self.hists: dict[str, np.ndarray] = {}  # name -> (groups, bins)
-        self.sketches: dict[str, dict[int, Sketch]] = {}
+        self.sketches: dict[str, _SketchTable] = {}
         self.unseen: dict[str, list[Counter]] = {}
 
     def order(self) -> np.ndarray | None:
@@ -526,64 +529,104 @@ class _Acc:
         if self._sorted is None:
             self._sorted = not bool((self.g[1:] < self.g[:-1]).any())
             if not self._sorted:
-                self._order = np.argsort(self.g, kind="stable")
+                self._order = _stable_order(self.g, self.groups)
         return self._order
 
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The group of each row in group order, and the position where each group's run starts."""
+        if self._runs is None:
+            order = self.order()
+            g = self.g if order is None else self.g[order]
+            self._runs = g, np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        return self._runs
+
     def payloads(self, profile: Profile | None) -> list[tuple[int, bytes]]:
-        """(rows, Partial.to_bytes()) of each group, written without building the Partials: the same bytes."""
-        fingerprint = profile.fingerprint if profile is not None else ""
-        counts = [(k, self.counts[k].tolist()) for k in sorted(self.counts)]
+        """(rows, Partial.to_bytes()) of each group, written without building the Partials: the same bytes.
+
+        Every group's integers (its histogram row, then each sketch's bin keys and counts) are gathered
+        from the arrays in one take. The JSON header is written as json.dumps(head, separators=(",", ":"),
+        allow_nan=False) writes it, from pieces encoded once per name: ints as str, floats as repr."""
+        counts = [(_json(k), self.counts[k].tolist()) for k in sorted(self.counts)]
+        rows = self.counts["rows"].tolist() if "rows" in self.counts else [0] * self.groups
         hist_names = sorted(self.hists)
-        hists = np.hstack([self.hists[k] for k in hist_names]).astype("int64", copy=False) if hist_names else None
-        sizes = [[k, self.hists[k].shape[1]] for k in hist_names]
-        sketch_names = sorted(self.sketches)
+        hists = _json([[k, self.hists[k].shape[1]] for k in hist_names])
+        tables = [(k, self.sketches[k]) for k in sorted(self.sketches)]
+        flat, bounds, width = self._ints(hist_names, [t for _, t in tables])
+        entries = []  # per sketch: each group's header entry, or None
+        for name, t in tables:
+            if not all(np.isfinite(x).all() for x in (t.total, t.squares)):  # min / max are finite
+                raise ValueError("Out of range float values are not JSON compliant")
+            npos = np.bincount(t.pos[0], minlength=self.groups)[t.present].tolist()
+            nneg = np.bincount(t.neg[0], minlength=self.groups)[t.present].tolist()
+            per: list[str | None] = [None] * self.groups
+            key = _json(name)
+            for gi, p, n, z, c, s, q, a, b in zip(t.present.tolist(), npos, nneg, t.zero.tolist(), t.count.tolist(),
+                                                  t.total.tolist(), t.squares.tolist(), t.lo.tolist(), t.hi.tolist(),
+                                                  strict=True):
+                per[gi] = f"[{key},{p},{n},{z},{c},{s!r},{q!r},{a!r},{b!r}]"
+            entries.append(per)
         unseen = sorted(self.unseen.items())
+        tail = f',"profile":{_json(profile.fingerprint)}' if profile is not None and profile.fingerprint else ""
+        arrays = {2: flat.astype("<i2"), 4: flat.astype("<i4"), 8: flat.astype("<i8")}
         out = []
-        for i in range(self.groups):
-            head: dict[str, Any] = {"counts": {k: v[i] for k, v in counts if v[i]}, "hists": sizes, "sketches": []}
-            ints: list[int] = hists[i].tolist() if hists is not None else []
-            for k in sketch_names:
-                sk = self.sketches[k].get(i)
-                if sk is None:
-                    continue
-                pk, nk = sorted(sk.pos), sorted(sk.neg)
-                head["sketches"].append([k, len(pk), len(nk), sk.zero, sk.count, sk.sum, sk.sumsq, sk.min, sk.max])
-                ints += pk
-                ints += map(sk.pos.__getitem__, pk)
-                ints += nk
-                ints += map(sk.neg.__getitem__, nk)
+        for i, (a, b, w) in enumerate(zip(bounds[:-1], bounds[1:], width, strict=True)):
+            counted = ",".join([f"{k}:{v[i]}" for k, v in counts if v[i]])
+            sketched = ",".join([e[i] for e in entries if e[i] is not None])
             held = {k: dict(sorted(u[i].items())) for k, u in unseen if u[i]}
-            if held:
-                head["unseen"] = held
-            if fingerprint:
-                head["profile"] = fingerprint
-            try:
-                values = np.array(ints, dtype="<i8")
-            except OverflowError:  # a count past int64: Partial's own (JSON) form
-                partial = self._partial(i, fingerprint)
-                out.append((partial.rows, partial.to_bytes()))
-                continue
-            low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
-            for small in ("<i2", "<i4"):  # as Partial._binary: the smallest width every value fits
-                if np.iinfo(small).min <= low and high <= np.iinfo(small).max:
-                    values = values.astype(small)
-                    break
-            head["int"] = values.dtype.itemsize
-            header = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
+            extra = f',"unseen":{_json(held)}' if held else ""
+            header = f'{{"counts":{{{counted}}},"hists":{hists},"sketches":[{sketched}]{extra}{tail},"int":{w}}}'.encode()
             header += b" " * (-len(header) % 8)
-            out.append((head["counts"].get("rows", 0),
-                        BINARY + struct.pack("<I", len(header)) + header + values.tobytes()))
+            out.append((rows[i], BINARY + struct.pack("<I", len(header)) + header + arrays[w][a:b].tobytes()))
         return out
 
-    def _partial(self, i: int, fingerprint: str) -> Partial:
-        return Partial(
-            counts=Counter({k: int(v[i]) for k, v in self.counts.items() if v[i]}),
-            hists={k: tuple(h[i].tolist()) for k, h in self.hists.items()},
-            sketches={k: s[i] for k, s in self.sketches.items() if i in s},
-            unseen={k: u[i] for k, u in self.unseen.items() if u[i]},
-            profile=fingerprint,
-        )
+    def _ints(self, hist_names: list[str], tables: list[_SketchTable]) -> tuple[np.ndarray, list[int], list[int]]:
+        """Every group's integers, one group after the other (as int64); the groups' bounds in them; and
+        the bytes per integer each group is written with (as Partial._binary: the smallest that fits)."""
+        pool = [np.hstack([self.hists[k] for k in hist_names]).astype("int64").ravel()] if hist_names else []
+        width = pool[0].size // self.groups if pool else 0
+        # Segments (group, rank within the group, start in the pool, length): the histogram row, then each
+        # sketch's positive keys, their counts, negative keys, their counts.
+        group, rank, start, size = [np.arange(self.groups)], [np.zeros(self.groups, "int64")], \
+            [np.arange(self.groups) * width], [np.full(self.groups, width)]
+        at = width * self.groups
+        for r, t in enumerate(tables):
+            for s, (owner, key, cnt) in enumerate((t.pos, t.neg)):
+                first = np.searchsorted(owner, t.present, side="left")
+                n = np.searchsorted(owner, t.present, side="right") - first
+                for c, part in enumerate((key, cnt)):
+                    group.append(t.present)
+                    rank.append(np.full(len(t.present), 1 + 4 * r + 2 * s + c))
+                    start.append(first + at)
+                    size.append(n)
+                    pool.append(part)
+                    at += len(part)
+        group, rank, start, size = (np.concatenate(x).astype("int64", copy=False) for x in (group, rank, start, size))
+        keep = size > 0
+        group, rank, start, size = group[keep], rank[keep], start[keep], size[keep]
+        ends = np.cumsum(np.bincount(group, weights=size, minlength=self.groups).astype("int64"))
+        order = np.lexsort((rank, group))
+        start, size = start[order], size[order]
+        total = int(size.sum())
+        # Each segment's pool positions: start, start + 1, ... (one arange, shifted per segment).
+        shift = np.repeat(start - (np.cumsum(size) - size), size)
+        flat = np.concatenate(pool)[np.arange(total) + shift] if total else np.zeros(0, "int64")
+        bounds = [0, *ends.tolist()]
+        filled = np.flatnonzero(np.diff(np.r_[0, ends]) > 0)
+        low, high = np.zeros(self.groups, "int64"), np.zeros(self.groups, "int64")
+        if total:
+            firsts = np.r_[0, ends][filled]
+            low[filled], high[filled] = np.minimum.reduceat(flat, firsts), np.maximum.reduceat(flat, firsts)
+        w = np.where((low >= -2**15) & (high < 2**15), 2, np.where((low >= -2**31) & (high < 2**31), 4, 8))
+        return flat, bounds, w.tolist()
 
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _stable_order(g: np.ndarray, groups: int) -> np.ndarray:
+    """np.argsort(g, kind="stable") for group codes 0..groups-1: as int16 when they fit, numpy's radix sort."""
+    return np.argsort(g.astype("int16") if groups <= 2**15 else g, kind="stable")
 
 
 def _count(accs: list[_Acc], name: str, mask: np.ndarray) -> None:
@@ -618,13 +661,13 @@ def _hist(accs: list[_Acc], name: str, idx: np.ndarray, bins: int) -> None:
         a.hists[name] = np.bincount(key, minlength=a.groups * (bins + 1)).reshape(a.groups, bins + 1)[:, 1:]
 
 
-def _sketch(accs: list[_Acc], name: str, v: np.ndarray) -> None:
+def _sketch(accs: list[_Acc], name: str, v: np.ndarray | _Values, rows: np.ndarray | None = None) -> None:
+    """Sketch one value per row (all rows, or where bool `rows`) per group."""
+    values = v if isinstance(v, _Values) else _Values(v)
     for a in accs:
-        order = a.order()
-        if order is None:
-            a.sketches[name] = _sketches(v, a.g, a.groups)
-        else:  # in group order: the values each group sums in the order _sketches' own stable sort gives
-            a.sketches[name] = _sketches(v[order], a.g[order], a.groups)
+        table = values.table(a, rows)
+        if table is not None:
+            a.sketches[name] = table
 
 
 def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, timed: bool, accs: list[_Acc]) -> None:
@@ -651,11 +694,12 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         _fold_cache(frame, hits, misses, accs)
         if timed:
             _fold_cache_time(frame, hits & joined, misses & joined, accs)
-    _fold_service(frame, accs)
+    latency = _Values(_numbers(frame[LATENCY])) if LATENCY in frame else None
+    _fold_service(frame, accs, latency)
 
     for name in [LATENCY] + [c for c in frame.columns if c.startswith(STAGE_PREFIX)]:
         if name in frame:
-            _sketch(accs, name, _numbers(frame[name]))
+            _sketch(accs, name, latency if name == LATENCY else _numbers(frame[name]))
     for name in schema.signals:
         v = _numbers(frame[name]) if name in frame else np.full(n, np.nan)
         _count(accs, f"missing:{name}", np.isnan(v))
@@ -689,7 +733,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
             del missing
             idx = _bins(ref.edges, v)
             _hist(accs, f"len:{name}", idx, ref.bins)
-            _latency_by_length(frame, accs, f"len:{name}", ref, idx)
+            _latency_by_length(latency, accs, f"len:{name}", ref, idx)
             del idx
             if ref.vocabulary and factorized is not None:
                 _fold_oov(name, ref, factorized, accs)
@@ -717,7 +761,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
     if profile is not None:
         ref = profile.input_tokens
         if ref is not None and ref.edges and "input_tokens" in frame:
-            _latency_by_length(frame, accs, "input_tokens", ref, _bins(ref.edges, _numbers(frame["input_tokens"])))
+            _latency_by_length(latency, accs, "input_tokens", ref, _bins(ref.edges, _numbers(frame["input_tokens"])))
         if profile.prediction is not None and "prediction" in frame:
             pred = profile.prediction
             if pred.kind == "categorical":
@@ -737,22 +781,6 @@ def _sum(accs: list[_Acc], name: str, weights: np.ndarray) -> None:
         return
     for a in accs:
         a.counts[name] = np.bincount(a.g, weights=weights, minlength=a.groups).round().astype("int64")
-
-
-def _sketch_rows(accs: list[_Acc], name: str, v: np.ndarray, rows: np.ndarray) -> None:
-    """Sketch `v[rows]` (`v` one value per frame row, `rows` increasing row positions) per group."""
-    for a in accs:
-        order = a.order()
-        if order is not None:
-            # `rows` in group order, time order kept within a group: what _sketches' stable sort gives.
-            pick = np.zeros(len(a.g), dtype=bool)
-            pick[rows] = True
-            sel = order[pick[order]]
-        else:
-            sel = rows
-        parts = _sketches(v[sel], a.g[sel], a.groups)
-        if parts:
-            a.sketches[name] = parts
 
 
 def _strings(column: pd.Series) -> np.ndarray:
@@ -836,11 +864,11 @@ def _epoch_seconds(ts: pd.Series) -> np.ndarray:
     return ((ts - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(dtype=float, na_value=np.nan)
 
 
-def _fold_service(frame: pd.DataFrame, accs: list[_Acc]) -> None:
-    """What the latency and hotspot checks add to latency: time to first token, output tokens per
-    second, token totals, arrival and completion times (throughput, queue trend), and traffic and
-    latency per routing value."""
-    latency = _numbers(frame[LATENCY]) if LATENCY in frame else None
+def _fold_service(frame: pd.DataFrame, accs: list[_Acc], lat: _Values | None) -> None:
+    """What the latency and hotspot checks add to latency (`lat`, None without it): time to first
+    token, output tokens per second, token totals, arrival and completion times (throughput, queue
+    trend), and traffic and latency per routing value."""
+    latency = lat.v if lat is not None else None
     if TTFT in frame:
         _sketch(accs, TTFT, _numbers(frame[TTFT]))
     for kind in ("input", "output"):
@@ -869,17 +897,22 @@ def _fold_service(frame: pd.DataFrame, accs: list[_Acc]) -> None:
             values = np.append(np.asarray(values, dtype=object)[busy], ROUTE_OTHER)
         names = [f"{ROUTE}{name}={v}" for v in values]
         _count_codes(accs, names, codes)
-        if latency is not None:
+        if lat is not None:
+            on = codes >= 0
+            every = bool(on.all())
+            k = len(names)
             for a in accs:
-                # Each value's rows in group order (time order within a group), from the grouping's one sort.
-                order = a.order()
-                grouped = codes if order is None else codes[order]
-                for j, key in enumerate(names):
-                    hit = grouped == j
-                    sel = np.flatnonzero(hit) if order is None else order[hit]
-                    parts = _sketches(latency[sel], a.g[sel], a.groups)
-                    if parts:
-                        a.sketches[key] = parts
+                # (group, value) pairs as the groups of one table: one sort, one pass for every value.
+                pair = a.g * k
+                pair += codes
+                if not every:
+                    pair[~on] = 0  # rows without a value: left out below
+                table = lat.table(_Acc(pair, a.groups * k), None if every else on)
+                if table is None:
+                    continue
+                for key, part in zip(names, table.split(k), strict=True):
+                    if len(part.present):
+                        a.sketches[key] = part
 
 
 def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -894,21 +927,20 @@ def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...
     return cuts, tuple(labels)
 
 
-def _latency_by_length(frame: pd.DataFrame, accs: list[_Acc], source: str, ref: FieldProfile,
+def _latency_by_length(latency: _Values | None, accs: list[_Acc], source: str, ref: FieldProfile,
                        idx: np.ndarray) -> None:
     """Latency sketches per input-length bucket; `idx` the rows' bins on `ref.edges` (-1 missing)."""
-    if LATENCY not in frame or not ref.edges:
+    if latency is None or not ref.edges:
         return
     cuts, labels = length_buckets(ref)
     # Bin i of ref.edges lies at or above edges[i - 1]: its bucket is the number of cuts <= that edge.
     lower = np.r_[-np.inf, np.asarray(ref.edges, dtype=float)]
     bucket_of = np.searchsorted(np.asarray(cuts), lower, side="right")
     bucket = np.where(idx >= 0, bucket_of[np.maximum(idx, 0)], -1)
-    latency = _numbers(frame[LATENCY])
     for b, label in enumerate(labels):
-        rows = np.flatnonzero(bucket == b)
-        if len(rows):
-            _sketch_rows(accs, f"{BY_LENGTH}{source}@{label}", latency, rows)
+        rows = bucket == b
+        if rows.any():
+            _sketch(accs, f"{BY_LENGTH}{source}@{label}", latency, rows)
 
 
 _HASH_BYTES = 16  # bytes of a text its hash reads (with its length)
@@ -973,74 +1005,125 @@ def _fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], 
     _sum(accs, f"oov_texts:{name}", per_text[codes])
 
 
-def _sketches(v: np.ndarray, g: np.ndarray, groups: int) -> dict[int, Sketch]:
-    """One Sketch per group with at least one finite value (beyond 1e150 counts as infinite: its square,
-    in `sumsq`, would be)."""
-    ok = np.abs(v) < _LARGEST
-    if not ok.all():  # copies only when some value is skipped
-        v, g = v[ok], g[ok]
-    del ok
-    if not len(v):
-        return {}
-    if (g[1:] < g[:-1]).any():  # rows in time order with one version are grouped already: no sort
-        order = np.argsort(g, kind="stable")
-        v, g = v[order], g[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    present = g[starts]
-    count = np.diff(np.r_[starts, len(g)])
-    total = np.add.reduceat(v, starts)
-    squares = np.add.reduceat(v * v, starts)
-    lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
-    pos, neg = v > _MAPPING.min_possible, v < -_MAPPING.min_possible
-    zero = np.bincount(g[~pos & ~neg], minlength=groups)
-    maps = [_bin_maps(v if sign > 0 else -v, g, groups) if mask.all() else
-            _bin_maps(v[mask] if sign > 0 else -v[mask], g[mask], groups) for mask, sign in ((pos, 1), (neg, -1))]
-    out = {}
-    for gi, c, s, q, a, b in zip(present.tolist(), count.tolist(), total.tolist(), squares.tolist(),
-                                 lo.tolist(), hi.tolist(), strict=True):
-        out[gi] = Sketch(maps[0].get(gi, {}), maps[1].get(gi, {}), int(zero[gi]), c, s, q, a, b)
-    return out
+class _Values:
+    """One value per row, prepared once for the sketches of every grouping and subset of rows: which
+    rows a sketch takes (finite and within 1e150: the square of a larger one, in `sumsq`, would not be),
+    and each one's sign and bin key."""
+
+    def __init__(self, v: np.ndarray) -> None:
+        self.v = v = np.ascontiguousarray(v, dtype=float)
+        ok = np.abs(v) < _LARGEST
+        self.ok = None if ok.all() else ok  # None: every row
+        self.pos, self.neg = v > _MAPPING.min_possible, v < -_MAPPING.min_possible
+        with np.errstate(divide="ignore", invalid="ignore"):  # keys of zero and skipped rows are not read
+            logs = np.log(np.abs(v))
+            logs /= _LOG_GAMMA
+            np.ceil(logs, out=logs)
+            self.key = logs.astype("int64")
+
+    def table(self, acc: _Acc, rows: np.ndarray | None = None) -> _SketchTable | None:
+        """The sketches of the rows (all, or where bool `rows`) per group of `acc`. Sums add each group's
+        values in row order."""
+        g, groups, order = acc.g, acc.groups, acc.order()
+        take = self.ok if rows is None else rows if self.ok is None else rows & self.ok
+        if order is None:
+            sel = None if take is None else np.flatnonzero(take)
+        else:
+            sel = order if take is None else order[take[order]]
+        v = self.v if sel is None else self.v[sel]
+        if not len(v):
+            return None
+        if take is None:
+            gs, starts = acc.runs()
+        else:
+            gs = g[sel]
+            starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+        count = np.diff(np.r_[starts, len(gs)])
+        present = gs[starts]
+        total = np.add.reduceat(v, starts)
+        squares = np.add.reduceat(v * v, starts)
+        lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
+        del v, gs, sel
+        bins = []
+        zero = count.copy()  # less the values binned below
+        for side in (self.pos, self.neg):
+            # Bin counts do not depend on the order of the rows: counted where they are, no gather.
+            mask = side if take is None else side & take
+            everyone = bool(mask.all())
+            key, owner = (self.key, g) if everyone else (self.key[mask], g[mask])
+            bins.append(_bin_counts(key, owner, groups))
+            zero -= np.bincount(bins[-1][0], weights=bins[-1][2], minlength=groups).astype("int64")[present]
+        return _SketchTable(present, count, total, squares, lo, hi, zero, bins[0], bins[1])
 
 
-def _bin_maps(v: np.ndarray, g: np.ndarray, groups: int) -> dict[int, dict[int, int]]:
-    """Group -> its bin map (key -> count), for the groups holding a value."""
-    maps: dict[int, dict[int, int]] = {}
-    if not len(v):
-        return maps
-    logs = np.log(v)
-    logs /= _LOG_GAMMA
-    np.ceil(logs, out=logs)
-    code = logs.astype("int64")
-    del logs
-    low, high = int(code.min()), int(code.max())
+def _bin_counts(key: np.ndarray, g: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group, key, count) of each bin holding a value, sorted by group, then key."""
+    if not len(key):
+        empty = np.zeros(0, dtype="int64")
+        return empty, empty, empty
+    low, high = int(key.min()), int(key.max())
     span = high - low + 1
-    if groups * span <= 4 * len(code) + 65536:
+    if groups * span <= 4 * len(key) + 65536:
         # Few distinct keys per group (the usual case): counted in one bincount, no sort.
+        code = g * span
+        code += key
         code -= low
-        code += g * span
         table = np.bincount(code, minlength=groups * span)
         uniq = np.flatnonzero(table)
-        cnt = table[uniq]
         owner = uniq // span
-        keys = (uniq - owner * span + low).tolist()
-        return _maps_of(maps, owner, keys, cnt.tolist())
+        return owner, uniq - owner * span + low, table[uniq]
+    code = g << 32
+    code += key
     code += 1 << 31
-    code += g << 32
     if (code[1:] < code[:-1]).any():
         uniq, cnt = np.unique(code, return_counts=True)
     else:  # sorted already (arrival times in order): runs, no sort
         edges = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
         uniq, cnt = code[edges], np.diff(np.r_[edges, len(code)])
-    return _maps_of(maps, uniq >> 32, ((uniq & 0xFFFFFFFF) - (1 << 31)).tolist(), cnt.tolist())
+    return uniq >> 32, (uniq & 0xFFFFFFFF) - (1 << 31), cnt
 
 
-def _maps_of(maps: dict[int, dict[int, int]], owner: np.ndarray, keys: list[int],
-             cnt: list[int]) -> dict[int, dict[int, int]]:
-    """Fill `maps` from (group, key, count) runs sorted by group, then key."""
-    bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True])
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        maps[int(owner[a])] = dict(zip(keys[a:b], cnt[a:b], strict=True))
-    return maps
+@dataclass(frozen=True)
+class _SketchTable:
+    """The Sketches of many groups as arrays: per group holding a value (`present`, increasing) its count,
+    sum, sumsq, min, max and zero count; `pos` / `neg` bins as (group, key, count), by group, then key."""
+
+    present: np.ndarray
+    count: np.ndarray
+    total: np.ndarray
+    squares: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    zero: np.ndarray
+    pos: tuple[np.ndarray, np.ndarray, np.ndarray]
+    neg: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    def split(self, k: int) -> list[_SketchTable]:
+        """The tables of groups `g * k + j` for each j (0..k-1), as tables of groups g."""
+        group, value = np.divmod(self.present, k)
+        sides = [(np.divmod(owner, k), key, cnt) for owner, key, cnt in (self.pos, self.neg)]
+        out = []
+        for j in range(k):
+            at = value == j
+            bins = []
+            for (g, v), key, cnt in sides:
+                hit = v == j
+                bins.append((g[hit], key[hit], cnt[hit]))
+            out.append(_SketchTable(group[at], self.count[at], self.total[at], self.squares[at],
+                                    self.lo[at], self.hi[at], self.zero[at], bins[0], bins[1]))
+        return out
+
+    def sketches(self) -> dict[int, Sketch]:
+        """Group -> its Sketch."""
+        maps = []
+        for owner, key, cnt in (self.pos, self.neg):
+            bounds = np.searchsorted(owner, self.present, side="right").tolist()
+            keys, cnts = key.tolist(), cnt.tolist()
+            maps.append([dict(zip(keys[a:b], cnts[a:b], strict=True))
+                         for a, b in zip([0, *bounds[:-1]], bounds, strict=True)])
+        return {gi: Sketch(p, n, z, c, s, q, a, b) for gi, p, n, z, c, s, q, a, b in zip(
+            self.present.tolist(), maps[0], maps[1], self.zero.tolist(), self.count.tolist(), self.total.tolist(),
+            self.squares.tolist(), self.lo.tolist(), self.hi.tolist(), strict=True)}
 
 
 def _key_at_rank(bins: dict[int, int], rank: float, lower: bool) -> int:
