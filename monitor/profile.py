@@ -226,7 +226,12 @@ def tokens(texts: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     text was cut there; with the index of the text each token came from. (No regular expression: Arrow
     compiles one on every call, which costs more than tokenizing a tick's texts.)"""
     arr = pa.array(texts, type=pa.large_string())
-    lists = pc.utf8_split_whitespace(pc.utf8_lower(pc.utf8_slice_codeunits(arr, 0, TOKEN_CHARS)))
+    sliced = pc.utf8_lower(pc.utf8_slice_codeunits(arr, 0, TOKEN_CHARS))
+    # Trailing whitespace goes before the split: Arrow's utf8_split_whitespace reads the byte past a text
+    # that ends in whitespace (past the last text: uninitialized memory) and, when that byte is no UTF-8,
+    # leaves the whitespace on the last word ("word " instead of "word", ""): tokens changed from run to run.
+    trimmed = pc.utf8_rtrim_whitespace(sliced)
+    lists = pc.utf8_split_whitespace(trimmed)
     flat = pc.utf8_trim(pc.list_flatten(lists), characters=_PUNCTUATION)
     parent = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
     keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False)
@@ -234,6 +239,8 @@ def tokens(texts: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     if cut.any():
         offsets = lists.offsets.to_numpy()
         cut &= offsets[1:] > offsets[:-1]  # texts cut that have a word
+        # A text cut right after whitespace ends in a whole word: it stays.
+        cut &= pc.equal(pc.binary_length(trimmed), pc.binary_length(sliced)).to_numpy(zero_copy_only=False)
         keep[offsets[1:][cut] - 1] = False
     return flat.filter(pa.array(keep)), parent[keep]
 
