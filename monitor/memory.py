@@ -14,6 +14,8 @@ import ctypes
 import ctypes.util
 import os
 
+import pyarrow as pa
+
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 20  # bytes: blocks this large get their own mapping, unmapped when freed
@@ -38,6 +40,16 @@ def tune_malloc() -> bool:
     trim_set = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     _tuned = bool(mmap_set and trim_set)
     return _tuned
+
+
+def release_memory() -> None:
+    """Hand the memory a tick or a scan freed back to the system: Arrow's pool and glibc's heap keep
+    freed pages otherwise, and a daemon's resident size would creep up tick after tick."""
+    tune_malloc()  # once per process; before the next tick, if the entry point did not call it at start
+    pa.default_memory_pool().release_unused()
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)  # free chunks in glibc's bins and the main heap's top: numpy and CPython use them
 
 
 def _glibc() -> ctypes.CDLL | None:

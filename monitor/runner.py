@@ -21,10 +21,11 @@ from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
 from monitor.frame import ARRIVED, from_blobs, join, to_blob
 from monitor.labels import label_batch, orphan_reject, scored_rows
+from monitor.memory import release_memory
 from monitor.partials import fold, merge_bytes
 from monitor.profile import Profile, stored_profile
 from monitor.quality import score_service, windows_holding
-from monitor.sources import LINE, Batch, DirectorySource, SqlTableSource, open_source, release_memory
+from monitor.sources import LINE, Batch, DirectorySource, SqlTableSource, open_source
 from monitor.validate import validate
 from monitor.windows import score, store_scored, windows_for
 from storage.store import Store

@@ -7,8 +7,6 @@ and its offsets in one transaction, so a restart reads every row exactly once.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gzip
 import hashlib
 import io
@@ -741,17 +739,3 @@ def open_source(name: str, config: FileSource | SqlSource, limits: Limits) -> Di
     """The reader for a configured source."""
     return DirectorySource(name, config, limits) if config.kind == "files" else SqlTableSource(name, config, limits)
 
-
-def release_memory() -> None:
-    """Hand the memory a tick or a scan freed back to the system: Arrow's pool (mimalloc) and glibc's heap
-    keep freed pages otherwise, and a daemon's resident size would creep up tick after tick."""
-    from monitor.memory import tune_malloc  # trimming alone misses thread arenas: see there
-
-    tune_malloc()  # once per process; before the next tick, if the daemon did not call it at start
-    pa.default_memory_pool().release_unused()
-    libc = ctypes.util.find_library("c")  # glibc's malloc_trim: CPython and numpy allocate through it
-    if libc:
-        try:
-            ctypes.CDLL(libc).malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
-            pass

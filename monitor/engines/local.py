@@ -27,9 +27,10 @@ from monitor.config import Limits, Schema, Service
 from monitor.contract import RecordKind
 from monitor.engines.dataset import HOUR_FORMAT, PARTITION
 from monitor.frame import ARRIVED, STAGE_PREFIX, join
+from monitor.memory import release_memory
 from monitor.partials import Partial, fold, merge_all, merge_bytes
 from monitor.profile import Profile
-from monitor.sources import LINE, release_memory
+from monitor.sources import LINE
 from monitor.sources import _flag_oversize as flag_oversize  # the same oversize rule as the file sources
 from monitor.validate import field_kinds, validate
 from storage.store import PartialRow, Store
