@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 import pyarrow as pa
@@ -52,6 +53,7 @@ def release_memory() -> None:
         libc.malloc_trim(0)  # free chunks in glibc's bins and the main heap's top: numpy and CPython use them
 
 
+@functools.cache  # find_library runs ldconfig: once per process, not once per tick
 def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     if not name:
