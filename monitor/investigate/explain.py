@@ -19,7 +19,7 @@ from rich.panel import Panel
 from monitor import query
 from monitor.frame import STAGE_PREFIX
 from monitor.investigate.output import table
-from monitor.partials import CACHE_TIME, LATENCY
+from monitor.partials import CACHE_TIME, LATENCY, Partial
 from storage.models import VersionSeen
 from storage.store import Store
 
@@ -88,8 +88,13 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
         findings = pd.DataFrame(findings.to_dict("records") + labelled.to_dict("records"), columns=findings.columns)
     breaches = findings[findings["status"] == "breach"]
 
-    stages, top_stage = _stages(store, service, version, first, last)
-    cache = _cache_split(store, service, version, first, last)
+    # The merged partials before (every version: what served then) and during (the incident's version),
+    # read once for the latency decomposition and the cache split.
+    spans = [query.merged_partials(store, service, since=first - BEFORE, until=first, group_by=()),
+             query.merged_partials(store, service, since=first, until=last, model_version=version, group_by=())]
+    before, during = (span[0][1] if span else None for span in spans)
+    stages, top_stage = _stages(before, during)
+    cache = _cache_split(before, during)
     affected = _affected(breaches)
     evidence = _evidence(verdicts, breaches)
     changed = _what_changed(store, service, verdicts, first, last)
@@ -130,16 +135,13 @@ def _last(inc: dict, verdicts: pd.DataFrame, now: datetime | None) -> datetime:
     return pd.Timestamp.now(tz="UTC").to_pydatetime()
 
 
-def _stages(store: Store, service: str, version: str | None, first: datetime, last: datetime
-            ) -> tuple[list[dict[str, Any]], str | None]:
-    """p50 / p95 / p99 per stage before (every version: what served then) and during (the incident's
-    version), and each stage's share of the p95 increase (quantiles do not add: a pointer, not a split)."""
-    before = query.metrics(store, service, since=first - BEFORE, until=first, group_by=())
-    during = query.metrics(store, service, since=first, until=last, model_version=version, group_by=())
-    if before.empty or during.empty:
+def _stages(before: Partial | None, during: Partial | None) -> tuple[list[dict[str, Any]], str | None]:
+    """p50 / p95 / p99 per stage before and during, and each stage's share of the p95 increase (quantiles
+    do not add: a pointer, not a split)."""
+    if before is None or during is None:
         return [], None
-    b, d = before.iloc[0], during.iloc[0]
-    names = sorted({c.rsplit("_", 2)[0] for c in during.columns if c.endswith("_p95_ms")},
+    b, d = query.partial_metrics(before), query.partial_metrics(during)
+    names = sorted({c.rsplit("_", 2)[0] for c in d if c.endswith("_p95_ms")},
                    key=lambda s: (s != "total", s))
     rows = []
     for stage in names:
@@ -164,17 +166,14 @@ def _stages(store: Store, service: str, version: str | None, first: datetime, la
     return rows, top
 
 
-def _cache_split(store: Store, service: str, version: str | None, first: datetime, last: datetime
-                 ) -> dict[str, Any] | None:
+def _cache_split(before: Partial | None, during: Partial | None) -> dict[str, Any] | None:
     """The mean latency before and during (ms), split into the part that more cache misses add (the shift
     from hits to misses, at the before span's time per hit and per miss) and the part requests at the same
     outcome add (slower hits or misses); each stage's mean per hit and per miss, and the stages a hit skips.
     Means add up where quantiles do not. None without timed hits and misses in both spans."""
-    spans = [query.merged_partials(store, service, since=first - BEFORE, until=first, group_by=()),
-             query.merged_partials(store, service, since=first, until=last, model_version=version, group_by=())]
-    if not all(spans):
+    if before is None or during is None:
         return None
-    (b, d) = (span[0][1].counts for span in spans)
+    b, d = before.counts, during.counts
     hits_b, miss_b = b[f"{CACHE_TIME}hit:rows"], b[f"{CACHE_TIME}miss:rows"]
     hits_d, miss_d = d[f"{CACHE_TIME}hit:rows"], d[f"{CACHE_TIME}miss:rows"]
     if not (hits_b and miss_b and miss_d and hits_d + miss_d):
@@ -189,11 +188,10 @@ def _cache_split(store: Store, service: str, version: str | None, first: datetim
     rows = []
     for name in names:
         hit, miss = mean_ms(b, "hit", name, hits_b), mean_ms(b, "miss", name, miss_b)
-        rows.append({"stage": "total" if name == LATENCY else name[len(STAGE_PREFIX):],
-                     "hit_ms": round(hit, 3), "miss_ms": round(miss, 3),
-                     "hit_ms_during": round(mean_ms(d, "hit", name, hits_d), 3),
-                     "miss_ms_during": round(mean_ms(d, "miss", name, miss_d), 3),
-                     "from_misses_ms": round((share_d - share_b) * (miss - hit), 3)})
+        rows.append({"stage": "total" if name == LATENCY else name[len(STAGE_PREFIX):], "hit_ms": hit,
+                     "miss_ms": miss, "hit_ms_during": mean_ms(d, "hit", name, hits_d),
+                     "miss_ms_during": mean_ms(d, "miss", name, miss_d),
+                     "from_misses_ms": (share_d - share_b) * (miss - hit)})
     total = rows[0]
     mean_b = (1 - share_b) * total["hit_ms"] + share_b * total["miss_ms"]
     mean_d = (1 - share_d) * total["hit_ms_during"] + share_d * total["miss_ms_during"]
@@ -201,9 +199,10 @@ def _cache_split(store: Store, service: str, version: str | None, first: datetim
                      key=lambda r: -r["from_misses_ms"])
     return {"miss_share_before": round(share_b, 4), "miss_share_during": round(share_d, 4),
             "mean_ms_before": round(mean_b, 3), "mean_ms_during": round(mean_d, 3),
-            "from_misses_ms": total["from_misses_ms"],
+            "from_misses_ms": round(total["from_misses_ms"], 3),
             "from_slower_requests_ms": round(mean_d - mean_b - total["from_misses_ms"], 3),
-            "skipped_by_hits": [r["stage"] for r in skipped], "stages": rows}
+            "skipped_by_hits": [r["stage"] for r in skipped],
+            "stages": [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()} for r in rows]}
 
 
 def _num(value: Any) -> float | None:
