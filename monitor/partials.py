@@ -789,9 +789,11 @@ def _strings(column: pd.Series) -> np.ndarray:
 
 
 def _text_codes(column: pd.Series) -> tuple[np.ndarray, Any]:
-    """pd.factorize(_strings(column)): codes in order of first appearance, -1 for missing. Arrow text is
-    encoded in Arrow (the same order), without a Python str per row."""
-    if isinstance(column.dtype, pd.ArrowDtype) and pa.types.is_string(column.dtype.pyarrow_dtype):
+    """pd.factorize(_strings(column)): codes in order of first appearance, -1 for missing. Arrow text and
+    categories of text are encoded as they are (the same order), without a Python str per row."""
+    dtype = column.dtype
+    if ((isinstance(dtype, pd.ArrowDtype) and pa.types.is_string(dtype.pyarrow_dtype))
+            or (isinstance(dtype, pd.CategoricalDtype) and pd.api.types.infer_dtype(dtype.categories) == "string")):
         codes, values = pd.factorize(column)
         return codes.astype("int64", copy=False), np.asarray(values, dtype=object)
     return pd.factorize(_strings(column))

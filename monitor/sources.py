@@ -14,7 +14,8 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,9 +38,16 @@ FINGERPRINT_BYTES = 256
 _JSON_BLOCK_LINES = 4096  # lines per parse call; a bad line costs a re-parse of at most this many lines
 _ERROR_ROW = re.compile(r"in row (\d+)$")
 _WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while parsing a block
+# JSON Lines chunks a read holds at once: the next batch's, and the one read and queued while it parses.
+_CHUNKS_AHEAD = 2
+_SCAN_BYTES = 64 << 10  # bytes per numpy call when scanning a buffer (see _scan)
 _BOM = b"\xef\xbb\xbf"
 # Deeper JSON is quarantined as oversize_field before parsing (see _too_deep); real records nest 2-3 levels.
 MAX_JSON_DEPTH = 64
+
+
+# Waits for a JSON Lines chunk's blocks: (rows in one Arrow table, the few rows of other types, rejects).
+_Parsed = Callable[[], tuple[pa.Table | None, pd.DataFrame, list[Reject]]]
 
 
 @dataclass
@@ -87,23 +95,29 @@ class DirectorySource:
 
     def read(self, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
         """New rows of every file since `offsets`, chunk by chunk."""
-        for path in self.files():
-            try:
-                st = path.stat()
-            except FileNotFoundError:  # deleted between listing and reading
-                continue
-            key = f"{st.st_dev}:{st.st_ino}"
-            state, events = self._resume(path, key, st.st_size, offsets.get(key))
-            fmt = file_format(path, self.config.format)
-            if fmt == "parquet":
-                yield from self._read_parquet(path, state, events, seen=key in offsets)
-            elif fmt in ("jsonl", "csv", "otlp"):
-                yield from self._read_lines(path, state, events, fmt)
-            # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
-            elif state.offset == 0 and state.line == 0:
-                yield Batch(self.name, path.name, pd.DataFrame({LINE: []}),
-                            [Reject(path.name, Reason.unparseable, f"unknown file type: {path.name}")],
-                            replace(state, offset=st.st_size, line=1, size=st.st_size), events)
+        pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tailwatch-parse")
+        try:
+            for path in self.files():
+                try:
+                    st = path.stat()
+                except FileNotFoundError:  # deleted between listing and reading
+                    continue
+                key = f"{st.st_dev}:{st.st_ino}"
+                state, events = self._resume(path, key, st.st_size, offsets.get(key))
+                fmt = file_format(path, self.config.format)
+                if fmt == "parquet":
+                    yield from self._read_parquet(path, state, events, seen=key in offsets)
+                elif fmt in ("jsonl", "csv", "otlp"):
+                    yield from self._read_lines(path, state, events, fmt, pool)
+                # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
+                elif state.offset == 0 and state.line == 0:
+                    yield Batch(self.name, path.name, pd.DataFrame({LINE: []}),
+                                [Reject(path.name, Reason.unparseable, f"unknown file type: {path.name}")],
+                                replace(state, offset=st.st_size, line=1, size=st.st_size), events)
+        finally:
+            # The caller stopped early or a parse failed: blocks still queued are dropped, running ones
+            # (a block each) are waited for, so no thread outlives the read.
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _resume(self, path: Path, key: str, size: int, state: OffsetState | None) -> tuple[OffsetState, list[str]]:
         fresh = OffsetState(file_key=key, path=str(path), offset=0, line=0, cursor=None,
@@ -123,7 +137,7 @@ class DirectorySource:
 
     def _read_parquet(self, path: Path, state: OffsetState, events: list[str], seen: bool) -> Iterator[Batch]:
         try:
-            pf = pq.ParquetFile(path)
+            pf = pq.ParquetFile(path, read_dictionary=_dictionary_columns(path))
         except (pa.ArrowInvalid, OSError) as exc:
             # No footer yet: a Parquet file still being written is read once it is complete. One that stays
             # unreadable at the same size from one tick to the next is broken: quarantined once, as a file.
@@ -153,29 +167,45 @@ class DirectorySource:
                         replace(state, line=row, offset=size, size=size), events, table)
             events = []
 
-    def _read_lines(self, path: Path, state: OffsetState, events: list[str], fmt: str) -> Iterator[Batch]:
+    def _read_lines(self, path: Path, state: OffsetState, events: list[str], fmt: str,
+                    pool: ThreadPoolExecutor) -> Iterator[Batch]:
         header = None
         if fmt == "csv":
             header = _first_line(path)
             if header is None:
                 return  # header not complete yet
+        # JSON Lines: a chunk's blocks are queued on `pool` and the next chunk is read and queued while they
+        # parse, so reading, pre-checks and parsing overlap; batches still come out in order, each with the
+        # offsets of its own chunk, and at most _CHUNKS_AHEAD chunks are held at once.
+        ahead: deque[tuple[OffsetState, _Parsed]] = deque()
         for buf, offset, newlines in _line_chunks(path, state.offset, self.limits.chunk_bytes,
                                                   self.limits.chunk_rows):
             if state.offset == 0 and buf.startswith(_BOM):
                 buf, newlines = buf[len(_BOM):], None
             first_line = state.line
             skip_header = fmt == "csv" and state.offset == 0
-            table = None
             if fmt == "jsonl":
-                table, frame, rejects, lines = _parse_jsonl_parts(buf, first_line, path.name, self.limits,
-                                                                      newlines)
-            elif fmt == "otlp":
-                frame, rejects, lines = parse_otlp_lines(buf, first_line, path.name)
+                parsed, lines = _start_jsonl(buf, first_line, path.name, self.limits, pool, newlines)
+                state = replace(state, offset=offset, line=first_line + lines, size=offset)
+                ahead.append((state, parsed))
+                if len(ahead) < _CHUNKS_AHEAD:
+                    continue
+                yield self._parsed_batch(path, *ahead.popleft(), events)
             else:
-                frame, rejects, lines = parse_csv(buf, header, skip_header, first_line, path.name, self.limits)
-            state = replace(state, offset=offset, line=first_line + lines, size=offset)
-            yield Batch(self.name, path.name, frame, rejects, state, events, table)
+                if fmt == "otlp":
+                    frame, rejects, lines = parse_otlp_lines(buf, first_line, path.name)
+                else:
+                    frame, rejects, lines = parse_csv(buf, header, skip_header, first_line, path.name, self.limits)
+                state = replace(state, offset=offset, line=first_line + lines, size=offset)
+                yield Batch(self.name, path.name, frame, rejects, state, events)
             events = []
+        while ahead:
+            yield self._parsed_batch(path, *ahead.popleft(), events)
+            events = []
+
+    def _parsed_batch(self, path: Path, state: OffsetState, parsed: _Parsed, events: list[str]) -> Batch:
+        table, frame, rejects = parsed()
+        return Batch(self.name, path.name, frame, rejects, state, events, table)
 
 
 def _fp_len(fingerprint: str) -> int:
@@ -233,7 +263,18 @@ def _line_chunks(path: Path, offset: int, chunk_bytes: int,
 
 
 def _newlines(buf: bytes) -> np.ndarray:
-    return np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+    return _scan(np.frombuffer(buf, dtype=np.uint8), lambda piece: piece == 10)
+
+
+def _scan(arr: np.ndarray, hit: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Positions in `arr` (bytes) where `hit` is true.
+
+    Scanned in pieces of _SCAN_BYTES: temporaries this small are reused from the heap and stay in cache,
+    while buffer-sized ones get pages of their own every time, which cost as much to fault in as the scan.
+    """
+    if not len(arr):
+        return np.empty(0, dtype=np.intp)
+    return np.concatenate([np.flatnonzero(hit(arr[p:p + _SCAN_BYTES])) + p for p in range(0, len(arr), _SCAN_BYTES)])
 
 
 def _byte_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
@@ -345,7 +386,7 @@ def _line_bounds(buf: bytes, newlines: np.ndarray | None = None) -> tuple[np.nda
     return starts, ends
 
 
-def _is_utf8(buf: bytes) -> bool:
+def _is_utf8(buf: bytes | memoryview) -> bool:
     """Whether all of `buf` is UTF-8, checked by Arrow's validator (no decoded copy of the buffer)."""
     data = pa.py_buffer(buf)
     offsets = pa.py_buffer(np.array([0, len(buf)], dtype=np.int64).tobytes())
@@ -377,7 +418,9 @@ def parse_jsonl(buf: bytes, first_line: int, file: str, limits: Limits) -> tuple
 
     Returns the rows (with LINE), the rejected lines, and the number of lines consumed.
     """
-    table, odd, rejects, n = _parse_jsonl_parts(buf, first_line, file, limits)
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        parsed, n = _start_jsonl(buf, first_line, file, limits, pool)
+        table, odd, rejects = parsed()
     if table is None:
         return odd, rejects, n
     frame = table.to_pandas()
@@ -386,12 +429,13 @@ def parse_jsonl(buf: bytes, first_line: int, file: str, limits: Limits) -> tuple
     return frame, rejects, n
 
 
-def _parse_jsonl_parts(buf: bytes, first_line: int, file: str, limits: Limits,
-                       newlines: np.ndarray | None = None) -> tuple[pa.Table | None, pd.DataFrame, list[Reject], int]:
-    """JSON Lines as (rows in one Arrow table, the few rows whose field types differ from it, rejects, lines).
+def _start_jsonl(buf: bytes, first_line: int, file: str, limits: Limits, pool: ThreadPoolExecutor,
+                 newlines: np.ndarray | None = None) -> tuple[_Parsed, int]:
+    """Queue the blocks of whole JSON Lines on `pool`; returns a function that waits for the blocks and gives
+    (rows in one Arrow table, the few rows whose field types differ from it, rejects), and the number of lines.
 
-    Blocks of lines are parsed on a thread pool; rows and rejects keep the order of their lines.
-    `newlines`: the position of every newline in `buf`, when the caller has it already.
+    Rows and rejects keep the order of their lines. `newlines`: the position of every newline in `buf`, when
+    the caller has it already. Everything that scans a block's bytes runs with its block, on `pool`.
     """
     starts, ends = _line_bounds(buf, newlines)
     n = len(ends)
@@ -407,54 +451,67 @@ def _parse_jsonl_parts(buf: bytes, first_line: int, file: str, limits: Limits,
     for i in np.flatnonzero(lengths > line_cap):
         skip[i] = True
         rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:starts[i] + 400])))
-    if not _is_utf8(buf):
-        for i in sorted(_bad_utf8_lines(buf, starts)):
-            if not skip[i]:
-                skip[i] = True
-                rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding,
-                                      excerpt(buf[starts[i]:ends[i]])))
-
-    for i in _too_deep(buf, starts, ends, skip):
-        skip[i] = True
-        rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:ends[i]])))
 
     blocks = [idx[~skip[idx]] for idx in
               (np.arange(b, min(n, b + _JSON_BLOCK_LINES)) for b in range(0, n, _JSON_BLOCK_LINES))]
-    blocks = [idx for idx in blocks if len(idx)]
     view = memoryview(buf)
+    futures = [pool.submit(_parse_json_lines, buf, view, starts, ends, idx, first_line, file)
+               for idx in blocks if len(idx)]
 
-    def parse(idx: np.ndarray) -> tuple[list[pa.Table], list[Reject]]:
+    def parsed() -> tuple[pa.Table | None, pd.DataFrame, list[Reject]]:  # on the reading thread, in order
         tables: list[pa.Table] = []
-        bad: list[Reject] = []
-        _parse_json_block(buf, view, starts, ends, idx, first_line, file, tables, bad)
-        return tables, bad
+        for future in futures:
+            block_tables, bad = future.result()
+            tables += block_tables
+            rejects.extend(bad)
+        return *_combine(tables, limits.max_field_chars), rejects
 
-    if len(blocks) > 1 and _WORKERS > 1:
-        with ThreadPoolExecutor(_WORKERS) as pool:
-            results = list(pool.map(parse, blocks))
-    else:
-        results = [parse(idx) for idx in blocks]
-    tables = [t for ts, _ in results for t in ts]
-    rejects += [r for _, bad in results for r in bad]
-    table, odd = _combine(tables, limits.max_field_chars)
-    return table, odd, rejects, n
+    return parsed, n
 
 
-def _too_deep(buf: bytes, starts: np.ndarray, ends: np.ndarray, skip: np.ndarray) -> list[int]:
-    """Lines whose JSON nests deeper than MAX_JSON_DEPTH (not yet skipped).
+def _parse_json_lines(buf: bytes, view: memoryview, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray,
+                      first_line: int, file: str) -> tuple[list[pa.Table], list[Reject]]:
+    """One block of lines `idx` (increasing): lines of invalid UTF-8 or nested too deep are rejected, the rest
+    parsed into tables (with LINE). Returns the tables and the rejects, in line order within each kind."""
+    rejects: list[Reject] = []
+    lo, hi = int(starts[idx[0]]), int(ends[idx[-1]])
+    if not _is_utf8(view[lo:hi]):
+        first = int(idx[0])
+        bad = np.isin(idx, [first + i for i in _bad_utf8_lines(buf[lo:hi], starts[first:idx[-1] + 1] - lo)])
+        rejects += [Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding, excerpt(buf[starts[i]:ends[i]]))
+                    for i in idx[bad]]
+        idx = idx[~bad]
+    deep = _too_deep(buf, starts, ends, idx)
+    if deep:
+        rejects += [Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:ends[i]]))
+                    for i in deep]
+        idx = idx[~np.isin(idx, deep)]
+    tables: list[pa.Table] = []
+    _parse_json_block(buf, view, starts, ends, idx, first_line, file, tables, rejects)
+    return tables, rejects
+
+
+def _too_deep(buf: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> list[int]:
+    """Lines of `idx` (increasing) whose JSON nests deeper than MAX_JSON_DEPTH.
 
     pyarrow's reader and its conversion to pandas recurse per level and crash the process (a segfault, not
     an exception) somewhere past a few thousand levels, so such lines never reach them.
     """
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    # '[' (0x5B) and '{' (0x7B) are the only bytes that OR 0x20 makes 0x7B: one pass instead of three.
-    opens = np.flatnonzero((arr | 0x20) == 0x7B)
+    if not len(idx):
+        return []
+    lo, hi = int(starts[idx[0]]), int(ends[idx[-1]])
+    if hi - lo <= MAX_JSON_DEPTH:  # each level takes a byte
+        return []
+    arr = np.frombuffer(buf, dtype=np.uint8, count=hi - lo, offset=lo)
+    # '[' (0x5B) and '{' (0x7B) are the only bytes that OR 0x20 makes 0x7B: one comparison instead of two.
+    opens = _scan(arr, lambda piece: (piece | 0x20) == 0x7B)
     if len(opens) <= MAX_JSON_DEPTH:
         return []
-    # Cheap bound first: a line with few brackets cannot nest deep; only the rest is scanned exactly.
-    per_line = np.bincount(np.searchsorted(ends, opens, side="right"), minlength=len(ends) + 1)[:len(ends)]
-    return [int(i) for i in np.flatnonzero(per_line > MAX_JSON_DEPTH)
-            if not skip[i] and _depth(buf[starts[i]:ends[i]]) > MAX_JSON_DEPTH]
+    # Cheap bound first: a line with few brackets cannot nest deep; only the rest is scanned exactly. (The
+    # brackets of a line left out of `idx` count towards the next line of `idx`: that only costs a scan.)
+    per_line = np.bincount(np.searchsorted(ends[idx] - lo, opens, side="right"), minlength=len(idx) + 1)
+    return [int(i) for i in idx[per_line[:len(idx)] > MAX_JSON_DEPTH]
+            if _depth(buf[starts[i]:ends[i]]) > MAX_JSON_DEPTH]
 
 
 def _depth(line: bytes) -> int:
@@ -596,18 +653,41 @@ def _combine(tables: list[pa.Table], max_chars: int) -> tuple[pa.Table | None, p
     return table, frame.sort_values(LINE, kind="stable", ignore_index=True)
 
 
+def _dictionary_columns(path: Path) -> list[str]:
+    """The text columns of a Parquet file to read as dictionaries: all but `request_id`.
+
+    A dictionary column decodes each distinct text once (most repeat: versions, statuses, categories) and
+    reaches fold as category codes, with no text hashed per row; ids are distinct and stay plain text.
+    """
+    schema = pq.read_schema(path)
+    return [f.name for f in schema if is_text(f.type) and f.name != "request_id"]
+
+
+def is_text(t: pa.DataType) -> bool:
+    """Whether an Arrow type is text (string or large_string)."""
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
 def _flag_oversize(table: pa.Table, max_chars: int) -> pa.Table:
-    """Add OVERSIZE when a string cell is longer than `max_chars` bytes (checked in Arrow: no Python loop)."""
+    """Add OVERSIZE when a text cell is longer than `max_chars` bytes (checked in Arrow: no Python loop)."""
     over = None
     for col in table.columns:
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        t = col.type
+        if is_text(t):
             lengths = pc.binary_length(col)
             longest = pc.max(lengths).as_py()
-            if longest is None or longest <= max_chars:
-                continue  # the usual case: no cell to flag, no mask to build
-            # A null cell is not oversize; without fill_null a null would hide a hit in another column.
-            hit = pc.fill_null(pc.greater(lengths, max_chars), False)
-            over = hit if over is None else pc.or_(over, hit)
+        elif pa.types.is_dictionary(t) and is_text(t.value_type):
+            # Each distinct text measured once; the rows' lengths are taken only when one is too long.
+            longest = max((pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in col.chunks), default=0)
+            if longest > max_chars:
+                lengths = pa.chunked_array([pc.take(pc.binary_length(c.dictionary), c.indices) for c in col.chunks])
+        else:
+            continue
+        if longest is None or longest <= max_chars:
+            continue  # the usual case: no cell to flag, no mask to build
+        # A null cell is not oversize; without fill_null a null would hide a hit in another column.
+        hit = pc.fill_null(pc.greater(lengths, max_chars), False)
+        over = hit if over is None else pc.or_(over, hit)
     if over is None or not pc.any(over).as_py():
         return table
     return table.append_column(OVERSIZE, over)

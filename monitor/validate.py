@@ -26,7 +26,7 @@ from monitor.contract import (
     Reject,
     excerpt,
 )
-from monitor.sources import LINE, OVERSIZE
+from monitor.sources import LINE, OVERSIZE, is_text
 
 # Fields whose values are durations: NaN, infinite or negative is `bad_duration`, not a missing value.
 DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
@@ -128,9 +128,13 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     columns: dict[str, pd.Series] = {}
     for name, values in out.items():
         if isinstance(values, pa.ChunkedArray):
-            # Strings stay in Arrow (no Python object per cell, no block to consolidate).
-            columns[name] = pd.Series(pd.arrays.ArrowExtensionArray(
-                _as_string(values.filter(mask) if some else values)), copy=False)
+            kept = values.filter(mask) if some else values
+            if pa.types.is_dictionary(kept.type):
+                # A category: fold and profile take its codes as they are, no text hashed per row.
+                columns[name] = kept.to_pandas()
+            else:
+                # Strings stay in Arrow (no Python object per cell, no block to consolidate).
+                columns[name] = pd.Series(pd.arrays.ArrowExtensionArray(_as_string(kept)), copy=False)
         else:
             columns[name] = values[keep].reset_index(drop=True) if some else values
     # copy=False: the columns are not consolidated into 2-D blocks (a copy of every numeric column that
@@ -196,13 +200,18 @@ def _convert_arrow(col: pa.ChunkedArray, typ: str) -> tuple[pd.Series | pa.Chunk
     t = col.type
     n = len(col)
     none = np.zeros(n, bool)
-    if typ in ("id", "str", "text") and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+    if pa.types.is_dictionary(t):
+        if typ in ("str", "text") and is_text(t.value_type):
+            return col, none  # read as a dictionary (Parquet): each distinct text is one object, not one per row
+        col = pc.cast(col, t.value_type)  # ids, times, numbers: their values, checked as any other column's
+        t = col.type
+    if typ in ("id", "str", "text") and is_text(t):
         return col, none
     if typ == "num" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
         return pd.Series(pc.cast(col, pa.float64()).to_numpy()), none
     if typ == "bool" and pa.types.is_boolean(t):
         return col.to_pandas(), none
-    if typ == "ts" and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+    if typ == "ts" and is_text(t):
         return _rfc3339_to_utc(col)
     if typ == "ts" and pa.types.is_timestamp(t):
         return _timestamps_to_ns(col)

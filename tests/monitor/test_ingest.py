@@ -262,3 +262,106 @@ def test_first_sightings_of_each_version_field_are_recorded(store, tmp_path):
     ts = [pd.Timestamp(r["ts"]).to_pydatetime() for r in rows]
     assert seen == {("model_version", "v1"): ts[0], ("preprocess_version", "p1"): ts[0],
                     ("config_hash", "aaa"): ts[0], ("config_hash", "bbb"): ts[6]}
+
+
+def _chunked_jsonl(tmp_path) -> tuple[config_mod.Config, object, dict[int, Reason], list[int]]:
+    """A JSON Lines file of some 30 small chunks with bad lines in several of them; returns the config, the file,
+    the bad lines (1-based) with their reasons and the lines that hold rows."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "t").mkdir()
+    bad = {25: b"{not json", 90: b'{"request_id": "\xff\xfe"}', 91: b"[1, 2]",
+           160: b'{"deep": ' + b"[" * 80 + b"]" * 80 + b"}", 230: b'{"request_id": "x", "n": [1, 2}', 299: b"{"}
+    lines, rows = [], []
+    for n in range(1, 321):
+        if n in bad:
+            lines.append(bad[n])
+        elif n % 50 == 0:
+            lines.append(b"")  # blank: no row, no reject
+        else:
+            lines.append(json.dumps(valid_row(n)).encode())
+            rows.append(n)
+    f = tmp_path / "p" / "a.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")
+    reasons = {n: Reason.unparseable for n in bad} | {90: Reason.invalid_encoding, 160: Reason.oversize_field}
+    return make_config(tmp_path, chunk_bytes=2048), f, reasons, rows
+
+
+def _lines_of(batch) -> list[int]:
+    """The lines a batch holds rows of, in order (the few rows of odd types are kept apart, in `frame`)."""
+    from monitor.sources import LINE
+
+    table = batch.table[LINE].to_pylist() if batch.table is not None else []
+    assert table == sorted(table)
+    return sorted(table + batch.frame[LINE].tolist())
+
+
+def test_jsonl_chunks_parsed_ahead_come_out_in_order_exactly_once(tmp_path, monkeypatch):
+    from monitor import sources
+
+    cfg, f, reasons, rows = _chunked_jsonl(tmp_path)
+    monkeypatch.setattr(sources, "_JSON_BLOCK_LINES", 3)  # several blocks per chunk too
+    started = []
+    real_start = sources._start_jsonl
+    monkeypatch.setattr(sources, "_start_jsonl", lambda *a, **k: started.append(1) or real_start(*a, **k))
+    source = sources.DirectorySource("p", cfg.services[0].sources.predictions, cfg.limits)
+    batches, queued = [], []
+    for batch in source.read({}):
+        batches.append(batch)
+        queued.append(len(started))
+    n = len(batches)
+    assert n > 20 and sum(1 for b in batches if b.rejects) >= 5
+    # The next chunk was read and queued before each batch came out.
+    assert queued == [min(k + sources._CHUNKS_AHEAD - 1, n) for k in range(1, n + 1)]
+    # In order: offsets grow batch by batch, each batch holds the lines of its own chunk, all of them once.
+    assert [b.offset.offset for b in batches] == sorted({b.offset.offset for b in batches})
+    assert batches[-1].offset.offset == f.stat().st_size and batches[-1].offset.line == 320
+    seen_rows, seen_bad = [], {}
+    for before, batch in zip([0] + [b.offset.line for b in batches], batches, strict=False):
+        lines = _lines_of(batch)
+        assert all(before < line <= batch.offset.line for line in lines)
+        for r in batch.rejects:
+            line = int(r.position.rsplit(":", 1)[1])
+            assert before < line <= batch.offset.line and line not in seen_bad
+            seen_bad[line] = r.reason
+        seen_rows += lines
+    assert seen_rows == rows and seen_bad == reasons
+    # Resuming from a batch's offsets reads the rest only, numbered on from there.
+    rest = list(source.read({batches[9].offset.file_key: batches[9].offset}))
+    assert [line for b in rest for line in _lines_of(b)] == [r for r in rows if r > batches[9].offset.line]
+    assert sorted(int(r.position.rsplit(":", 1)[1]) for b in rest for r in b.rejects) == [
+        line for line in sorted(reasons) if line > batches[9].offset.line]
+
+
+def _parse_threads() -> set:
+    import threading
+
+    return {t for t in threading.enumerate() if t.name.startswith("tailwatch-parse")}
+
+
+def test_jsonl_read_stopped_early_or_failing_leaves_no_parse_thread(tmp_path, monkeypatch):
+    from monitor import sources
+
+    cfg, _, _, _ = _chunked_jsonl(tmp_path)
+    source = sources.DirectorySource("p", cfg.services[0].sources.predictions, cfg.limits)
+    before = _parse_threads()  # a reader another test left to the garbage collector is not this one's
+    batches = source.read({})
+    first = next(batches)
+    assert first.offset.line > 0 and _parse_threads() - before
+    batches.close()  # the caller stops with chunks still queued
+    assert not _parse_threads() - before
+
+    # A parse that fails surfaces at its own batch, after the batches before it; later chunks are dropped.
+    real_block = sources._parse_json_block
+
+    def failing(buf, view, starts, ends, idx, first_line, *rest):
+        if first_line + idx[0] + 1 <= 150 <= first_line + idx[-1] + 1:
+            raise RuntimeError("parser broke")
+        return real_block(buf, view, starts, ends, idx, first_line, *rest)
+
+    monkeypatch.setattr(sources, "_parse_json_block", failing)
+    got = []
+    with pytest.raises(RuntimeError, match="parser broke"):
+        for batch in source.read({}):
+            got.append(batch.offset.line)
+    assert got and got[-1] < 150 and got == sorted(got)
+    assert not _parse_threads() - before
