@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
@@ -19,7 +19,7 @@ import pandas as pd
 
 from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
-from monitor.frame import ARRIVED, from_blobs, join, to_blob
+from monitor.frame import ARRIVED, Joined, from_blobs, join, to_blob
 from monitor.labels import label_batch, orphan_reject, scored_rows
 from monitor.memory import release_memory
 from monitor.partials import fold, merge_bytes
@@ -158,62 +158,97 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
 
     pred_batches = _read_ahead(pred_source, pred_offsets)
     time_batches = _read_ahead(time_source, time_offsets) if time_source else iter(())
-    final = False
-    while not final:
-        pb, tb = next(pred_batches, None), next(time_batches, None)
-        # The last step reads nothing and lets waiting rows expire; it runs even when nothing new arrived.
-        final = pb is None and tb is None
-        rejects: list[tuple[RecordKind, str, Reject]] = []
-        new_p = _accept(pb, RecordKind.predictions, service, config, now, report, rejects)
-        new_t = _accept(tb, RecordKind.timings, service, config, now, report, rejects) if time_source else None
-        all_p = _concat(pending_p, new_p)
-        all_t = _concat(pending_t, new_t) if time_source else None
-        joined = join(all_p, all_t, now, service.join.lateness, expire=final)
-        pending_p, pending_t = joined.pending_predictions, joined.pending_timings
-        for _, row in joined.orphans.iterrows():
-            rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row)))
-        ready = joined.ready
-        partials = fold(ready, service.buckets.size, service.schema_.segments, timed=time_source is not None, schema=service.schema_, profile=profile)
-
-        # Not durable: waiting for the disk at every step was the largest fixed cost of a small tick. An OS
-        # crash can only undo whole steps, offsets with their results, which are then read again; the
-        # durable commit of finish_tick syncs the steps before it.
-        with store.transaction(durable=False) as session:
-            store.add_quarantine(session, [
-                {"tick_id": tick_id, "service": name, "kind": kind.value, "source": source,
-                 "position": r.position, "reason": r.reason.value, "excerpt": r.excerpt, "created_at": now}
-                for kind, source, r in rejects
-            ])
-            if partials:
-                store.upsert_partials(session, name, partials, merge_bytes)
-            for kind, first_seen in first_sightings(ready).items():
-                store.record_versions(session, name, kind, first_seen)
-            if service.quality is not None:
-                # Partials keep no rows; quality needs each prediction until its label lands.
-                store.add_scored_predictions(session, name, scored_rows(new_p, service))
-            store.replace_pending(session, name, RecordKind.predictions.value, to_blob(pending_p), len(pending_p))
-            if time_source:
-                store.replace_pending(session, name, RecordKind.timings.value, to_blob(pending_t), len(pending_t))
-            if pb is not None:
-                store.save_offsets(session, pred_source.name, [pb.offset])
-            if tb is not None:
-                store.save_offsets(session, time_source.name, [tb.offset])
-
-        for r in rejects:
-            report.quarantined[r[2].reason.value] += 1
-        report.orphan_timings += len(joined.orphans)
-        report.duplicates += joined.duplicates
-        report.duplicate_timings += joined.duplicate_timings
-        report.folded += len(ready)
-        report.buckets += len(partials)
-        if len(ready) and time_source:
-            report.joined += int(ready["joined"].sum())
-            report.unmatched += int((~ready["joined"]).sum())
-        if len(ready):
-            lo, hi = ready["ts"].min().isoformat(), ready["ts"].max().isoformat()
-            report.first_ts = min(report.first_ts or lo, lo)
-            report.last_ts = max(report.last_ts or hi, hi)
+    timed = time_source is not None
+    # A step's fold runs on a worker while this thread validates and joins the next step (numpy releases
+    # the GIL for much of a fold); steps still commit one by one, in order, each with its offsets.
+    folder = ThreadPoolExecutor(FOLD_WORKERS, thread_name_prefix="tailwatch-fold")
+    try:
+        previous: _Step | None = None
+        final = False
+        while not final:
+            pb, tb = next(pred_batches, None), next(time_batches, None)
+            # The last step reads nothing and lets waiting rows expire; it runs even when nothing new arrived.
+            final = pb is None and tb is None
+            rejects: list[tuple[RecordKind, str, Reject]] = []
+            new_p = _accept(pb, RecordKind.predictions, service, config, now, report, rejects)
+            new_t = _accept(tb, RecordKind.timings, service, config, now, report, rejects) if timed else None
+            joined = join(_concat(pending_p, new_p), _concat(pending_t, new_t) if timed else None, now,
+                          service.join.lateness, expire=final)
+            pending_p, pending_t = joined.pending_predictions, joined.pending_timings
+            for _, row in joined.orphans.iterrows():
+                rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row)))
+            step = _Step(pb, tb, rejects, joined, new_p, folder.submit(_fold_step, joined.ready, service, timed, profile))
+            if previous is not None:
+                _commit(previous, service, store, now, tick_id, report, pred_source, time_source)
+            previous = step
+        _commit(previous, service, store, now, tick_id, report, pred_source, time_source)
+    finally:
+        folder.shutdown(wait=True, cancel_futures=True)
     report.pending_predictions, report.pending_timings = len(pending_p), len(pending_t)
+
+
+FOLD_WORKERS = 2  # steps folded at once; each holds its rows' per-row arrays until it is committed
+
+
+@dataclass
+class _Step:
+    """One step of a tick: what it read, its rejects and join, and its fold (running on a worker)."""
+
+    pb: Batch | None
+    tb: Batch | None
+    rejects: list[tuple[RecordKind, str, Reject]]
+    joined: Joined
+    new_p: pd.DataFrame
+    folded: Future  # (partials, first sightings)
+
+
+def _fold_step(ready: pd.DataFrame, service: Service, timed: bool, profile: Profile | None) -> tuple[list, dict]:
+    partials = fold(ready, service.buckets.size, service.schema_.segments, timed=timed, schema=service.schema_,
+                    profile=profile)
+    return partials, first_sightings(ready)
+
+
+def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id: int, report: TickReport,
+            pred_source, time_source) -> None:
+    """Store one step's quarantine, partials, waiting rows and offsets in one transaction; count it."""
+    name, joined, ready = service.name, step.joined, step.joined.ready
+    partials, sightings = step.folded.result()
+    # Not durable: waiting for the disk at every step was the largest fixed cost of a small tick. An OS
+    # crash can only undo whole steps, offsets with their results, which are then read again; the
+    # durable commit of finish_tick syncs the steps before it.
+    with store.transaction(durable=False) as session:
+        store.add_quarantine(session, _quarantine_rows(step.rejects, tick_id, name, now))
+        if partials:
+            store.upsert_partials(session, name, partials, merge_bytes)
+        for kind, first_seen in sightings.items():
+            store.record_versions(session, name, kind, first_seen)
+        if service.quality is not None:
+            # Partials keep no rows; quality needs each prediction until its label lands.
+            store.add_scored_predictions(session, name, scored_rows(step.new_p, service))
+        store.replace_pending(session, name, RecordKind.predictions.value, to_blob(joined.pending_predictions),
+                              len(joined.pending_predictions))
+        if time_source:
+            store.replace_pending(session, name, RecordKind.timings.value, to_blob(joined.pending_timings),
+                                  len(joined.pending_timings))
+        if step.pb is not None:
+            store.save_offsets(session, pred_source.name, [step.pb.offset])
+        if step.tb is not None:
+            store.save_offsets(session, time_source.name, [step.tb.offset])
+
+    for r in step.rejects:
+        report.quarantined[r[2].reason.value] += 1
+    report.orphan_timings += len(joined.orphans)
+    report.duplicates += joined.duplicates
+    report.duplicate_timings += joined.duplicate_timings
+    report.folded += len(ready)
+    report.buckets += len(partials)
+    if len(ready) and time_source:
+        report.joined += int(ready["joined"].sum())
+        report.unmatched += int((~ready["joined"]).sum())
+    if len(ready):
+        lo, hi = ready["ts"].min().isoformat(), ready["ts"].max().isoformat()
+        report.first_ts = min(report.first_ts or lo, lo)
+        report.last_ts = max(report.last_ts or hi, hi)
 
 
 def _read_ahead(source: DirectorySource | SqlTableSource, offsets: dict) -> Iterator[Batch]:
