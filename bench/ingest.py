@@ -392,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from monitor.memory import tune_malloc
+
+    tune_malloc()  # as the `tailwatch` entry point does, before any thread
     if args._child:
         _child(*args._child)
         return 0

@@ -1,11 +1,15 @@
 """glibc malloc settings for a long-lived process that handles large frames tick after tick.
 
-glibc raises its mmap threshold each time a large mmapped block is freed (up to 32 MiB) and its trim
-threshold with it (twice that). After a few ticks, numpy and pandas columns of several MiB come from the
-per-thread arenas instead of their own mappings, and a thread arena keeps its free top resident:
-malloc_trim releases free chunks in the bins and the main heap's top, never a thread arena's top. On
-bench/load.py the thread arenas' resident memory crept from 58 to 132 MiB in 8 ticks with 54 MiB of malloc
-memory in use in all; with fixed thresholds it stays under 10 MiB.
+Two ways glibc keeps or wastes memory here:
+- Per-thread arenas. Read-ahead and fold threads allocate numpy and pandas columns of several MiB, which by
+  default come from per-thread arenas, and malloc_trim never releases a thread arena's free top. On
+  bench/load.py their resident memory crept from 58 to 132 MiB in 8 ticks with 54 MiB in use in all.
+  One arena (the main heap) has no such top: malloc_trim releases all of its free pages.
+- Fresh mappings. A block over the mmap threshold gets its own mapping, unmapped when freed, so every such
+  column is page-faulted in again: with a 1 MiB threshold a 1M-row Parquet tick took 200k page faults and
+  0.5 s of system time, with 32 MiB 50k and 0.2 s. Under the threshold, freed columns are reused.
+Fixing the thresholds also stops glibc from raising them as it goes. The heap a tick leaves free goes back
+to the system at the tick's end (release_memory), not at every free (a trim threshold of 128 MiB).
 """
 
 from __future__ import annotations
@@ -19,16 +23,18 @@ import pyarrow as pa
 
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 1 << 20  # bytes: blocks this large get their own mapping, unmapped when freed
-TRIM_THRESHOLD = 128 << 10  # bytes: glibc's default; a free top larger than this goes back to the system
-ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")  # set by an operator: theirs wins
+M_ARENA_MAX = -8
+MMAP_THRESHOLD = 32 << 20  # bytes: blocks this large get their own mapping, unmapped when freed
+TRIM_THRESHOLD = 128 << 20  # bytes: a free heap top larger than this goes back to the system at once
+ARENAS = 1
+ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")  # set by an operator: theirs wins
 
 _tuned = False
 
 
 def tune_malloc() -> bool:
-    """Fix glibc's mmap and trim thresholds (which also stops glibc raising them), once per process.
-    False when the C library is not glibc or an operator set the thresholds in the environment."""
+    """One malloc arena and fixed mmap and trim thresholds (which also stops glibc raising them), once per
+    process. False when the C library is not glibc or an operator set any of them in the environment."""
     global _tuned
     if _tuned:
         return True
@@ -37,9 +43,9 @@ def tune_malloc() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    mmap_set = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)  # 1 on success
-    trim_set = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    _tuned = bool(mmap_set and trim_set)
+    # 1 on success each. Arenas made before this call stay in use; the entry point calls it before any thread.
+    _tuned = all([libc.mallopt(M_ARENA_MAX, ARENAS), libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+                  libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)])
     return _tuned
 
 
@@ -50,7 +56,7 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
     libc = _glibc()
     if libc is not None:
-        libc.malloc_trim(0)  # free chunks in glibc's bins and the main heap's top: numpy and CPython use them
+        libc.malloc_trim(0)  # every free page of the heap, its top included: numpy and CPython use them
 
 
 @functools.cache  # find_library runs ldconfig: once per process, not once per tick
