@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+import monitor  # noqa: E402, F401  (tunes malloc before pyarrow's threads allocate: monitor/memory.py)
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 SPAN = timedelta(days=1)  # the rows' timestamps cover one day (288 five-minute buckets)
@@ -392,9 +393,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from monitor.memory import tune_malloc
-
-    tune_malloc()  # as the `tailwatch` entry point does, before any thread
     if args._child:
         _child(*args._child)
         return 0

@@ -47,10 +47,7 @@ from datetime import datetime
 sys.path.insert(0, sys.argv[1])
 from monitor import config as config_mod
 from monitor.jobs import tick_job
-from monitor.memory import tune_malloc
 from storage.store import Store
-
-tune_malloc()  # as the `tailwatch` entry point does, before any thread
 
 cfg = config_mod.load(sys.argv[2])
 store = Store(cfg.storage.url)

@@ -15,7 +15,6 @@ from rich.table import Table
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
-from monitor.memory import tune_malloc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tailwatch: tells 'the service got slower' apart from 'the predictions got worse'.")
@@ -529,8 +528,6 @@ def notify_drain(
 
 
 def main() -> None:
-    # Before the first tick allocates: glibc's moving thresholds make a daemon's memory creep (monitor/memory.py).
-    tune_malloc()
     try:
         app()
     except KeyboardInterrupt:

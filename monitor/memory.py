@@ -43,7 +43,7 @@ def tune_malloc() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    # 1 on success each. Arenas made before this call stay in use; the entry point calls it before any thread.
+    # 1 on success each. Arenas made before this call stay in use: importing `monitor` calls it.
     _tuned = all([libc.mallopt(M_ARENA_MAX, ARENAS), libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD),
                   libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)])
     return _tuned
@@ -52,7 +52,6 @@ def tune_malloc() -> bool:
 def release_memory() -> None:
     """Hand the memory a tick or a scan freed back to the system: Arrow's pool and glibc's heap keep
     freed pages otherwise, and a daemon's resident size would creep up tick after tick."""
-    tune_malloc()  # once per process; before the next tick, if the entry point did not call it at start
     pa.default_memory_pool().release_unused()
     libc = _glibc()
     if libc is not None:
