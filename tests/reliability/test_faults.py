@@ -164,7 +164,7 @@ def test_source_file_replaced_under_the_reader(tmp_path, monkeypatch, record_pro
     store.upgrade()
     write_rows(tmp_path, "app.jsonl", 0, ROWS)
     live = tmp_path / "p" / "app.jsonl"
-    real = sources_mod._complete_chunks
+    real = sources_mod._byte_chunks  # the reader's lowest level: the file is swapped between two of its reads
     replaced = {"done": False}
 
     def replacing(path, offset, *args, **kwargs):
@@ -177,10 +177,11 @@ def test_source_file_replaced_under_the_reader(tmp_path, monkeypatch, record_pro
                 fresh.write_text("".join(json.dumps(valid_row(i)) + "\n" for i in range(50_000, 50_100)))
                 os.replace(fresh, live)
 
-    monkeypatch.setattr(sources_mod, "_complete_chunks", replacing)
+    monkeypatch.setattr(sources_mod, "_byte_chunks", replacing)
     cfg = make_config(tmp_path)
     reports = [tick(cfg, store, NOW + timedelta(minutes=k))[0] for k in range(3)]
     assert all(r.status == "ok" for r in reports), [r.error for r in reports]
+    assert replaced["done"], "the file was never swapped: the patched reader function is not the one in use"
     read = sum(r.read["predictions"] for r in reports)
     accepted = sum(r.accepted["predictions"] for r in reports)
     quarantined = sum(sum(r.quarantined.values()) for r in reports)
