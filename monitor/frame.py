@@ -16,8 +16,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from monitor.sources import is_text
-
 ARRIVED = "_arrived"  # when the row was read (the tick's clock): the lateness bound counts from here
 STAGE_PREFIX = "stage."  # wide columns holding each stage's duration in ms
 
@@ -112,7 +110,7 @@ def _distinct_fixed_width(ids: pa.ChunkedArray) -> bool:
     Equal ids hash alike, so distinct hashes prove distinct ids; a shared hash (or another kind of id)
     answers False, and the caller checks exactly.
     """
-    if not is_text(ids.type) or ids.null_count or not len(ids):
+    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) or ids.null_count or not len(ids):
         return False
     lengths = pc.binary_length(ids)
     width = pc.min_max(lengths)
