@@ -133,13 +133,20 @@ def test_leader_whose_lock_connection_drops_stops_scheduling(tmp_path, pg_schema
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     rival = for_store(Store(url), cfg.daemon.lock_key)
+    # Another process takes the freed lock before this daemon retries. Left to timing, the daemon's own retry
+    # sometimes wins that race, so its retries wait until the rival holds the lock; from then on the daemon
+    # asks the database for real and must be refused.
+    terminated, rival_holds = threading.Event(), threading.Event()
+    real_acquire = daemon.lock.acquire
+    daemon.lock.acquire = lambda: False if terminated.is_set() and not rival_holds.is_set() else real_acquire()
     try:
         wait_for(lambda: daemon.metrics.is_leader._value.get() == 1 and _ticks(daemon) >= 2, timeout=20,
                  what="leader ticking")
+        terminated.set()
         _terminate_holder(url, cfg.daemon.lock_key)
-        # Another process takes the freed lock before this daemon retries.
         # (An acquire waits, up to its 5 s statement timeout, for the old leader's open transactions: the fence.)
         wait_for(rival.acquire, timeout=15, every=0.01, what="the rival to take the lock")
+        rival_holds.set()
         wait_for(lambda: daemon.metrics.is_leader._value.get() == 0, timeout=5, what="the leader to step down")
         time.sleep(0.5)  # a running tick may finish
         frozen = _ticks(daemon)
