@@ -19,9 +19,11 @@ demo: $(STAMP)
 	$(BIN)/tailwatch demo
 
 # Test setup: Debian's chromium for the report's browser test (installed when absent and allowed).
+# Two pytest-xdist workers; --dist loadscope keeps each module on one worker, so a module's shared
+# scenario runs are made once.
 test: $(STAMP)
 	sh tests/setup/browser.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 # Fuzz, fault, crash and canary tests, with a summary table (rows lost and duplicates must be 0).
 reliability: $(STAMP)

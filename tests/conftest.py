@@ -16,6 +16,14 @@ from sqlalchemy.engine import make_url
 
 from storage.store import Store
 
+pytest_plugins = ["reliability_summary"]
+
+# rich fixes a console's width from COLUMNS when the console is made (monitor.cli's, at import), so a
+# COLUMNS inherited from the caller (a terminal, or pytest-xdist's workers: 80) would wrap every in-process
+# command's output at that width. Tests that read wide output set COLUMNS per command instead.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 PG_URL = os.environ.get("TAILWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 

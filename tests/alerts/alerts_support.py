@@ -92,7 +92,9 @@ class FakeSlack:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_port}/api/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever's next poll: the default 0.5 s, paid by every test's teardown.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
 
     def act(self, method: str, params: dict) -> dict:
         with self._lock:

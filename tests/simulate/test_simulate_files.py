@@ -3,6 +3,7 @@ spans, the reference split; same seed same bytes."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -48,7 +49,13 @@ def small(tmp_path_factory):
     return out
 
 
-def test_every_scenario_generates_with_ground_truth(small):
+@pytest.fixture(scope="module")
+def read():
+    """`_read` reading each folder once for the module: the tests look at the frames and never change them."""
+    return functools.cache(_read)
+
+
+def test_every_scenario_generates_with_ground_truth(small, read):
     assert len(SCENARIOS) == 8
     for s, (d, gt, js) in small.items():
         assert isinstance(gt, GroundTruth) and gt.scenario == s == js["scenario"]
@@ -58,7 +65,7 @@ def test_every_scenario_generates_with_ground_truth(small):
         assert set(js["model_versions"]) == {"before", "after"}
         assert all(TS.match(js[k]) for k in ("start", "end", "onset"))
         assert js["start"] < js["onset"] < js["end"]
-        p = _read(d, "predictions")
+        p = read(d, "predictions")
         assert list(p.columns) == PRED_FIELDS
         assert js["counts"]["predictions"] == len(p) and js["counts"]["parts"] > 1
         assert p["request_id"].is_unique
@@ -69,15 +76,15 @@ def test_every_scenario_generates_with_ground_truth(small):
         assert p.loc[ok, "prediction"].isin(["Yes", "No"]).all() and p.loc[~ok, "prediction"].isna().all()
         assert p.loc[ok, "score_Yes"].between(0, 1).all() and p.loc[~ok, "score_Yes"].isna().all()
         assert set(p["replica"]) == {"r0", "r1", "r2", "r3"}
-        labels = _read(d, "labels")
+        labels = read(d, "labels")
         assert labels["request_id"].isin(p.loc[ok, "request_id"]).all()
         assert js["counts"]["labels"] == len(labels)
 
 
-def test_scenario_specific_signals(small):
+def test_scenario_specific_signals(small, read):
     def frame(s):
         d, _, js = small[s]
-        p = _read(d, "predictions")
+        p = read(d, "predictions")
         return p, _after(p, js), js
 
     p, a, js = frame("missing-fields")
@@ -87,7 +94,7 @@ def test_scenario_specific_signals(small):
     p, a, js = frame("drift-new-category")
     assert "Three year" in set(p.loc[a, "Contract"]) and "Three year" not in set(p.loc[~a, "Contract"])
     assert (p.loc[a, "MonthlyCharges"] > train().model.train_max["MonthlyCharges"]).mean() > 0.05
-    labels = _read(small["drift-new-category"][0], "labels")
+    labels = read(small["drift-new-category"][0], "labels")
     lab = p.merge(labels, on="request_id")
     assert len(lab) > 0 and not _after(lab, js).any()
     assert js["labels_after_onset"] is False
@@ -111,10 +118,10 @@ def test_scenario_specific_signals(small):
     assert p.loc[~a, "batch_size"].max() <= 4 and p["config_hash"].nunique() == 2
 
 
-def test_stage_timings_sum_to_latency(small):
+def test_stage_timings_sum_to_latency(small, read):
     d, _, _ = small["healthy"]
-    p = _read(d, "predictions").set_index("request_id")
-    t = _read(d, "timings")
+    p = read(d, "predictions").set_index("request_id")
+    t = read(d, "timings")
     assert set(t["stage"]) == set(STAGES)
     assert t["start_ts"].map(lambda x: bool(TS.match(x))).all()
     total = t.groupby("request_id")["duration_ms"].sum()
@@ -130,9 +137,9 @@ def test_stage_timings_sum_to_latency(small):
                         ["deadline_ms"]).all()
 
 
-def test_otlp_spans_match_timing_rows(small):
+def test_otlp_spans_match_timing_rows(small, read):
     d, _, js = small["healthy"]
-    t = _read(d, "timings")
+    t = read(d, "timings")
     spans = []
     for f in sorted((d / "spans").glob("*.json")):
         doc = json.loads(f.read_text())
@@ -156,7 +163,7 @@ def test_otlp_spans_match_timing_rows(small):
     assert np.allclose(s["dur"], t["duration_ms"], atol=0.001)
 
 
-def test_reference_is_validation_split_with_threshold_chosen_on_it(small):
+def test_reference_is_validation_split_with_threshold_chosen_on_it(small, read):
     d, _, js = small["healthy"]
     ref = pd.read_parquet(d / "reference.parquet")
     assert list(ref.columns) == ["tenure", "MonthlyCharges", "Contract", "InternetService", "notes", "label",
@@ -166,7 +173,7 @@ def test_reference_is_validation_split_with_threshold_chosen_on_it(small):
     assert abs((ref["label"] == "Yes").mean() - tr.model.base_rate) < 0.01  # stratified
     assert tr.defects.blank_total_charges == 11
     y = (ref["label"] == "Yes").astype(int)
-    thr = _read(d, "predictions")["threshold"].iloc[0]
+    thr = read(d, "predictions")["threshold"].iloc[0]
     assert thr == pytest.approx(best_threshold(y.to_numpy(), ref["score_Yes"].to_numpy()), abs=0.011)
     assert ((ref["score_Yes"] >= thr) == (ref["prediction"] == "Yes")).mean() > 0.99
     f1 = f1_score(y, ref["prediction"] == "Yes")

@@ -1,6 +1,10 @@
 """The reliability summary: every test marked `reliability` reports what it tried through pytest user
 properties (`rel_inputs`, `rel_rows`, `rel_faults`, `rel_crashes`, `rel_rows_lost`, `rel_duplicates`); this sums them
-into one table at the end of the run (`make reliability`)."""
+into one table at the end of the run (`make reliability`, `make test`).
+
+A plugin that tests/conftest.py loads rather than a conftest of tests/reliability/: under pytest-xdist the
+process that prints the summary collects nothing, so it loads only the top conftest, and the reports it
+receives from the workers carry their user properties."""
 
 from __future__ import annotations
 
