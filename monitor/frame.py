@@ -110,7 +110,7 @@ def _distinct_fixed_width(ids: pa.ChunkedArray) -> bool:
     Equal ids hash alike, so distinct hashes prove distinct ids; a shared hash (or another kind of id)
     answers False, and the caller checks exactly.
     """
-    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) or ids.null_count or not len(ids):
+    if not is_text(ids.type) or ids.null_count or not len(ids):
         return False
     lengths = pc.binary_length(ids)
     width = pc.min_max(lengths)
@@ -157,6 +157,11 @@ def _wide(timings: pd.DataFrame) -> pd.DataFrame:
     wide = timings.set_index(["request_id", "stage"])["duration_ms"].unstack("stage")
     wide.columns = [STAGE_PREFIX + str(c) for c in wide.columns]
     return wide
+
+
+def is_text(t: pa.DataType) -> bool:
+    """Whether an Arrow type is text (string or large_string)."""
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def to_blob(frame: pd.DataFrame) -> bytes | None:

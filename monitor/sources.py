@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from monitor.config import FileSource, Limits, SqlSource
 from monitor.contract import Reason, Reject, excerpt
+from monitor.frame import is_text
 from storage.store import OffsetState
 
 LINE = "_line"  # column carrying each row's 1-based line (or row) number within its file
@@ -137,7 +138,7 @@ class DirectorySource:
 
     def _read_parquet(self, path: Path, state: OffsetState, events: list[str], seen: bool) -> Iterator[Batch]:
         try:
-            pf = pq.ParquetFile(path, read_dictionary=_dictionary_columns(path))
+            pf = _open_parquet(path)
         except (pa.ArrowInvalid, OSError) as exc:
             # No footer yet: a Parquet file still being written is read once it is complete. One that stays
             # unreadable at the same size from one tick to the next is broken: quarantined once, as a file.
@@ -653,19 +654,17 @@ def _combine(tables: list[pa.Table], max_chars: int) -> tuple[pa.Table | None, p
     return table, frame.sort_values(LINE, kind="stable", ignore_index=True)
 
 
-def _dictionary_columns(path: Path) -> list[str]:
-    """The text columns of a Parquet file to read as dictionaries: all but `request_id`.
+def _open_parquet(path: Path) -> pq.ParquetFile:
+    """The file, its text columns but `request_id` read as dictionaries.
 
     A dictionary column decodes each distinct text once (most repeat: versions, statuses, categories) and
     reaches fold as category codes, with no text hashed per row; ids are distinct and stay plain text.
+    pyarrow takes `read_dictionary` only when a file is opened: the footer read first is handed on.
     """
-    schema = pq.read_schema(path)
-    return [f.name for f in schema if is_text(f.type) and f.name != "request_id"]
-
-
-def is_text(t: pa.DataType) -> bool:
-    """Whether an Arrow type is text (string or large_string)."""
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+    metadata = pq.read_metadata(path)
+    schema = metadata.schema.to_arrow_schema()
+    return pq.ParquetFile(path, metadata=metadata,
+                          read_dictionary=[f.name for f in schema if is_text(f.type) and f.name != "request_id"])
 
 
 def _flag_oversize(table: pa.Table, max_chars: int) -> pa.Table:

@@ -26,7 +26,8 @@ from monitor.contract import (
     Reject,
     excerpt,
 )
-from monitor.sources import LINE, OVERSIZE, is_text
+from monitor.frame import is_text
+from monitor.sources import LINE, OVERSIZE
 
 # Fields whose values are durations: NaN, infinite or negative is `bad_duration`, not a missing value.
 DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
