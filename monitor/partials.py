@@ -413,7 +413,9 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
     base = mv_codes * len(b_values)
     base += b_codes
     del mv_codes, b_codes
-    groupings = [(ALL, None)] + [(seg, frame[seg]) for seg in segments if seg in frame]
+    # With a segment column, the every-row partials are its segments' added up (_Acc.summed): the rows
+    # are counted once per segmentation, not once more for ALL.
+    groupings = [(seg, frame[seg]) for seg in segments if seg in frame] or [(ALL, None)]
     accs: list[_Acc] = []
     keyed = []
     for name, column in groupings:
@@ -433,6 +435,14 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
     del base
     # Each per-row value is computed once, counted into every grouping, and dropped.
     _fold_rows(frame, schema or Schema(), prof, timed, accs)
+    if groupings[0][1] is not None:
+        src = min(range(len(accs)), key=lambda i: accs[i].groups)  # the fewest groups: the least to add up
+        mv_of, b_of = keyed[src][:2]
+        parent = mv_of * len(b_values) + b_of  # non-decreasing: the keys are sorted (version, bucket, segment)
+        accs.insert(0, accs[src].summed(parent))
+        whole = np.unique(parent)
+        keyed.insert(0, (*np.divmod(whole, len(b_values)), np.zeros(len(whole), "int64"),
+                         np.array([ALL], dtype=object)))
     out: list[PartialRow] = []
     # The keys as Python objects once, not a pandas scalar per partial.
     versions, starts = list(mv_values), [b.to_pydatetime() for b in b_values]
@@ -513,8 +523,8 @@ def _segment_codes(name: str, column: pd.Series) -> tuple[np.ndarray, np.ndarray
 class _Acc:
     """The per-group totals of one grouping (`g`: group of each row, `groups` of them)."""
 
-    def __init__(self, g: np.ndarray, groups: int) -> None:
-        self.g, self.groups = g, groups
+    def __init__(self, g: np.ndarray | None, groups: int) -> None:
+        self.g, self.groups = g, groups  # g None: totals added up from another grouping (no rows)
         self._order: np.ndarray | None = None
         self._sorted: bool | None = None
         self._runs: tuple[np.ndarray, np.ndarray] | None = None
@@ -539,6 +549,21 @@ class _Acc:
             g = self.g if order is None else self.g[order]
             self._runs = g, np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
         return self._runs
+
+    def summed(self, parent: np.ndarray) -> _Acc:
+        """The totals of groups parent[g] (`parent` non-decreasing in g, as 0..n-1 after np.unique):
+        each parent's groups added up. Counts, histograms and sketch bins are exact; sketch sums are added
+        per group, so their last bits may differ from a sum over the rows."""
+        starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
+        dense = np.cumsum(np.r_[False, parent[1:] != parent[:-1]])  # group -> its parent as 0..n-1
+        out = _Acc(None, len(starts))
+        out.counts = {k: np.add.reduceat(v, starts) for k, v in self.counts.items()}
+        out.hists = {k: np.add.reduceat(v, starts, axis=0) for k, v in self.hists.items()}
+        out.sketches = {k: t.summed(dense) for k, t in self.sketches.items()}
+        ends = [*starts[1:].tolist(), self.groups]
+        out.unseen = {k: [_bottom(sum(per[a:b], Counter())) for a, b in zip(starts.tolist(), ends, strict=True)]
+                      for k, per in self.unseen.items()}
+        return out
 
     def payloads(self, profile: Profile | None) -> list[tuple[int, bytes]]:
         """(rows, Partial.to_bytes()) of each group, written without building the Partials: the same bytes.
@@ -1114,6 +1139,36 @@ class _SketchTable:
             out.append(_SketchTable(group[at], self.count[at], self.total[at], self.squares[at],
                                     self.lo[at], self.hi[at], self.zero[at], bins[0], bins[1]))
         return out
+
+    def summed(self, parent: np.ndarray) -> _SketchTable:
+        """The table of groups parent[g] (`parent` non-decreasing in g): each parent's groups added up."""
+        if not len(self.present):
+            return self
+        p = parent[self.present]
+        starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
+        bins = []
+        for owner, key, cnt in (self.pos, self.neg):
+            if not len(owner):
+                bins.append((owner, key, cnt))
+                continue
+            # A parent's groups' keys interleave: count them again, by (parent, key), as _bin_counts does.
+            low = int(key.min())
+            span = int(key.max()) - low + 1
+            code = parent[owner] * span
+            code += key
+            code -= low
+            if int(p[-1] + 1) * span <= 4 * len(code) + 65536:
+                table = np.bincount(code, weights=cnt)
+                uniq = np.flatnonzero(table)
+                total = table[uniq]
+            else:
+                uniq, at = np.unique(code, return_inverse=True)
+                total = np.bincount(at.reshape(-1), weights=cnt)
+            up = uniq // span
+            bins.append((up, uniq - up * span + low, total.astype("int64")))  # counts below 2**53: exact
+        return _SketchTable(p[starts], np.add.reduceat(self.count, starts), np.add.reduceat(self.total, starts),
+                            np.add.reduceat(self.squares, starts), np.minimum.reduceat(self.lo, starts),
+                            np.maximum.reduceat(self.hi, starts), np.add.reduceat(self.zero, starts), bins[0], bins[1])
 
     def sketches(self) -> dict[int, Sketch]:
         """Group -> its Sketch."""

@@ -236,6 +236,18 @@ def test_folding_the_parts_of_a_split_equals_folding_the_whole(rows, data):
         assert norm(merged[key]) == norm(whole[key])
 
 
+@FAST
+@given(rows_strategy)
+def test_every_row_partials_summed_from_a_segmentation_equal_those_folded_from_the_rows(rows):
+    # With a segment column, fold adds the ALL partials up from the segments' (_Acc.summed); without
+    # one it folds them from the rows. Both must say the same, float sums to their last bits aside.
+    summed = {k: p for k, p in folded(rows).items() if k[2] == ALL}
+    direct = by_key(fold(frame(rows), timedelta(minutes=5), [], True, schema=SCHEMA, profile=PROFILE))
+    assert set(summed) == set(direct)
+    for key, p in direct.items():
+        assert norm(summed[key]) == norm(p)
+
+
 def partials() -> st.SearchStrategy[Partial]:
     return rows_strategy.map(lambda rows: merge_all(p for (_, _, s), p in folded(rows).items() if s == ALL))
 
@@ -250,12 +262,20 @@ def test_merge_is_associative_and_commutative_with_an_identity(a, b, c):
     assert norm(Partial.from_bytes(merge_bytes(a.to_bytes(), b.to_bytes()))) == norm(a.merge(b))
 
 
-def test_unseen_values_are_bounded_and_merge_exactly():
-    values = [f"new{i}" for i in range(3 * UNSEEN_KEEP)] * 2
-    rows = [{"minute": 0, "c": v} for v in values]
+@pytest.mark.parametrize("regions", [False, True], ids=["folded from rows", "summed from segments"])
+def test_unseen_values_are_bounded_and_merge_exactly(regions):
+    distinct = [f"new{i}" for i in range(6 * UNSEEN_KEEP)]
+    values = distinct * 2
+    # With regions, each holds half the values (both copies): the ALL partial adds two bounded segments
+    # up, and must bound their union again to the values of the smallest hash.
+    rows = [{"minute": 0, "c": v} | ({"region": "eu" if distinct.index(v) % 2 else "us"} if regions else {})
+            for v in values]
     whole = folded(rows)[("v1", T0.to_pydatetime(), ALL)]
     assert len(whole.unseen["c"]) == UNSEEN_KEEP and all(n == 2 for n in whole.unseen["c"].values())
     assert whole.counts["unseen:c"] == len(values)
+    if regions:
+        assert whole.unseen == folded([{k: v for k, v in r.items() if k != "region"} for r in rows])[
+            ("v1", T0.to_pydatetime(), ALL)].unseen
     rng = np.random.default_rng(0)
     for _ in range(5):
         order = rng.permutation(len(rows))
