@@ -88,7 +88,7 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
     _check_values(out, kind, limits, now, mark)
 
     rejected = np.flatnonzero(flagged)
-    rejects = [Reject(f"{file}:{frame[LINE].iat[i]}", Reason(reason[i]), _row_excerpt(frame, i)) for i in rejected]
+    rejects = [Reject(f"{file}:{frame[LINE].iat[i]}", reason(i), _row_excerpt(frame, i)) for i in rejected]
     keep = ~flagged
     accepted = pd.DataFrame({name: s[keep] for name, s in out.items()}, copy=False)
     accepted[LINE] = frame[LINE].to_numpy()[keep]
@@ -122,7 +122,7 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
 
     lines = table[LINE].to_numpy()
     rejected = np.flatnonzero(flagged)
-    rejects = [Reject(f"{file}:{lines[i]}", Reason(reason[i]), _table_excerpt(table, int(i))) for i in rejected]
+    rejects = [Reject(f"{file}:{lines[i]}", reason(i), _table_excerpt(table, int(i))) for i in rejected]
     keep = ~flagged
     some = len(rejected) > 0
     mask = pa.array(keep) if some else None
@@ -146,18 +146,25 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     return accepted, rejects
 
 
+_REASONS = list(Reason)
+
+
 class _Marks:
     """One reason code per row: the first check that flags a row names it."""
 
     def __init__(self, n: int):
-        self.reason = np.full(n, "", dtype=object)
+        # Reasons as small integers (index in _REASONS): an object array per batch cost more than the checks.
+        self.code = np.zeros(n, dtype=np.int8)
         self.flagged = np.zeros(n, dtype=bool)
 
     def mark(self, mask, code: Reason) -> None:
         mask = np.asarray(mask, dtype=bool) & ~self.flagged
         if mask.any():
-            self.reason[mask] = code.value
-            self.flagged[mask] = True
+            self.code[mask] = _REASONS.index(code)
+            self.flagged |= mask
+
+    def reason(self, row: int) -> Reason:
+        return _REASONS[self.code[row]]
 
 
 def _check_values(out: dict, kind: RecordKind, limits: Limits, now: datetime, mark) -> None:
@@ -170,7 +177,7 @@ def _check_values(out: dict, kind: RecordKind, limits: Limits, now: datetime, ma
     if "status" in out and kind == RecordKind.predictions:
         status = out["status"]
         if isinstance(status, pa.ChunkedArray):
-            mark(~_bools(pc.is_in(status, value_set=pa.array(STATUSES))), Reason.unknown_status)
+            mark(~_known(status, STATUSES), Reason.unknown_status)
         else:
             mark(~status.isin(STATUSES).to_numpy(), Reason.unknown_status)
     for name in DURATIONS:
@@ -179,6 +186,17 @@ def _check_values(out: dict, kind: RecordKind, limits: Limits, now: datetime, ma
             required = name in REQUIRED[kind]
             bad = ~np.isfinite(v) if required else np.isinf(v)
             mark(bad | (v < 0), Reason.bad_duration)
+
+
+def _known(values: pa.ChunkedArray, allowed: tuple[str, ...]) -> np.ndarray:
+    """Which values are one of `allowed` (null: not); a dictionary's distinct values are looked up once."""
+    if not pa.types.is_dictionary(values.type):
+        return _bools(pc.is_in(values, value_set=pa.array(allowed)))
+    parts = []
+    for chunk in values.chunks:
+        known = np.append(_bools(pc.is_in(chunk.dictionary, value_set=pa.array(allowed))), False)
+        parts.append(known[pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False)])  # -1: null
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
 def _as_string(values: pa.ChunkedArray) -> pa.ChunkedArray:
