@@ -440,7 +440,7 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
         mv_of, b_of = keyed[src][:2]
         parent = mv_of * len(b_values) + b_of  # non-decreasing: the keys are sorted (version, bucket, segment)
         accs.insert(0, accs[src].summed(parent))
-        whole = np.unique(parent)
+        whole = np.unique(parent)  # the parents in the order summed() made their groups
         keyed.insert(0, (*np.divmod(whole, len(b_values)), np.zeros(len(whole), "int64"),
                          np.array([ALL], dtype=object)))
     out: list[PartialRow] = []
@@ -551,9 +551,9 @@ class _Acc:
         return self._runs
 
     def summed(self, parent: np.ndarray) -> _Acc:
-        """The totals of groups parent[g] (`parent` non-decreasing in g, as 0..n-1 after np.unique):
-        each parent's groups added up. Counts, histograms and sketch bins are exact; sketch sums are added
-        per group, so their last bits may differ from a sum over the rows."""
+        """One group per distinct `parent` (each group's parent key, non-decreasing in g), holding its groups
+        added up. Counts, histograms and sketch bins are exact; sketch sums are added per group, so their
+        last bits may differ from a sum over the rows."""
         starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
         dense = np.cumsum(np.r_[False, parent[1:] != parent[:-1]])  # group -> its parent as 0..n-1
         out = _Acc(None, len(starts))
