@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import threading
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -96,7 +97,9 @@ class DirectorySource:
 
     def read(self, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
         """New rows of every file since `offsets`, chunk by chunk."""
-        pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tailwatch-parse")
+        own: set[int] = set()  # the pool's threads
+        pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tailwatch-parse",
+                                  initializer=lambda: own.add(threading.get_ident()))
         try:
             for path in self.files():
                 try:
@@ -117,8 +120,10 @@ class DirectorySource:
                                 replace(state, offset=st.st_size, line=1, size=st.st_size), events)
         finally:
             # The caller stopped early or a parse failed: blocks still queued are dropped, running ones
-            # (a block each) are waited for, so no thread outlives the read.
-            pool.shutdown(wait=True, cancel_futures=True)
+            # (a block each) are waited for, so no thread outlives the read. Closed on one of its own
+            # threads (the garbage collector runs wherever it is triggered), the read cannot wait for that
+            # thread: the others end after their block.
+            pool.shutdown(wait=threading.get_ident() not in own, cancel_futures=True)
 
     def _resume(self, path: Path, key: str, size: int, state: OffsetState | None) -> tuple[OffsetState, list[str]]:
         fresh = OffsetState(file_key=key, path=str(path), offset=0, line=0, cursor=None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import threading
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -364,4 +366,30 @@ def test_jsonl_read_stopped_early_or_failing_leaves_no_parse_thread(tmp_path, mo
         for batch in source.read({}):
             got.append(batch.offset.line)
     assert got and got[-1] < 150 and got == sorted(got)
+    assert not _parse_threads() - before
+
+    # Closed on one of its own parse threads (where the garbage collector may collect it, as it did once in
+    # a fault test): the read cannot wait for that thread; it must not raise, and its threads still end.
+    go, lock, closed = threading.Event(), threading.Lock(), []
+
+    def closing(buf, view, starts, ends, idx, first_line, *rest):
+        if first_line > 0:  # a later chunk's block: parsed once the caller holds the first batch
+            go.wait(10)
+            with lock:
+                if not closed:
+                    try:
+                        batches.close()
+                        closed.append("closed")
+                    except Exception as exc:  # noqa: BLE001 - the test reports it
+                        closed.append(exc)
+        return real_block(buf, view, starts, ends, idx, first_line, *rest)
+
+    monkeypatch.setattr(sources, "_parse_json_block", closing)
+    batches = source.read({})
+    assert next(batches).offset.line > 0
+    go.set()
+    deadline = time.monotonic() + 10
+    while (not closed or _parse_threads() - before) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert closed == ["closed"]
     assert not _parse_threads() - before
