@@ -554,8 +554,9 @@ class _Acc:
         """One group per distinct `parent` (each group's parent key, non-decreasing in g), holding its groups
         added up. Counts, histograms and sketch bins are exact; sketch sums are added per group, so their
         last bits may differ from a sum over the rows."""
-        starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
-        dense = np.cumsum(np.r_[False, parent[1:] != parent[:-1]])  # group -> its parent as 0..n-1
+        change = parent[1:] != parent[:-1]
+        starts = np.flatnonzero(np.r_[True, change])
+        dense = np.cumsum(np.r_[False, change])  # group -> its parent as 0..n-1
         out = _Acc(None, len(starts))
         out.counts = {k: np.add.reduceat(v, starts) for k, v in self.counts.items()}
         out.hists = {k: np.add.reduceat(v, starts, axis=0) for k, v in self.hists.items()}
@@ -1083,8 +1084,10 @@ class _Values:
         return _SketchTable(present, count, total, squares, lo, hi, zero, bins[0], bins[1])
 
 
-def _bin_counts(key: np.ndarray, g: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(group, key, count) of each bin holding a value, sorted by group, then key."""
+def _bin_counts(key: np.ndarray, g: np.ndarray, groups: int,
+                weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group, key, count) of each bin holding a value, sorted by group, then key. `weights`: how many values
+    each entry stands for (whole numbers below 2**53, exact as floats; default one each)."""
     if not len(key):
         empty = np.zeros(0, dtype="int64")
         return empty, empty, empty
@@ -1095,14 +1098,17 @@ def _bin_counts(key: np.ndarray, g: np.ndarray, groups: int) -> tuple[np.ndarray
         code = g * span
         code += key
         code -= low
-        table = np.bincount(code, minlength=groups * span)
+        table = np.bincount(code, weights=weights, minlength=groups * span)
         uniq = np.flatnonzero(table)
         owner = uniq // span
-        return owner, uniq - owner * span + low, table[uniq]
+        return owner, uniq - owner * span + low, table[uniq].astype("int64", copy=False)
     code = g << 32
     code += key
     code += 1 << 31
-    if (code[1:] < code[:-1]).any():
+    if weights is not None:
+        uniq, at = np.unique(code, return_inverse=True)
+        cnt = np.bincount(at.reshape(-1), weights=weights).astype("int64")
+    elif (code[1:] < code[:-1]).any():
         uniq, cnt = np.unique(code, return_counts=True)
     else:  # sorted already (arrival times in order): runs, no sort
         edges = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
@@ -1146,26 +1152,8 @@ class _SketchTable:
             return self
         p = parent[self.present]
         starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
-        bins = []
-        for owner, key, cnt in (self.pos, self.neg):
-            if not len(owner):
-                bins.append((owner, key, cnt))
-                continue
-            # A parent's groups' keys interleave: count them again, by (parent, key), as _bin_counts does.
-            low = int(key.min())
-            span = int(key.max()) - low + 1
-            code = parent[owner] * span
-            code += key
-            code -= low
-            if int(p[-1] + 1) * span <= 4 * len(code) + 65536:
-                table = np.bincount(code, weights=cnt)
-                uniq = np.flatnonzero(table)
-                total = table[uniq]
-            else:
-                uniq, at = np.unique(code, return_inverse=True)
-                total = np.bincount(at.reshape(-1), weights=cnt)
-            up = uniq // span
-            bins.append((up, uniq - up * span + low, total.astype("int64")))  # counts below 2**53: exact
+        # A parent's groups' keys interleave: the bins are counted again, by (parent, key), weighted.
+        bins = [_bin_counts(key, parent[owner], int(p[-1]) + 1, cnt) for owner, key, cnt in (self.pos, self.neg)]
         return _SketchTable(p[starts], np.add.reduceat(self.count, starts), np.add.reduceat(self.total, starts),
                             np.add.reduceat(self.squares, starts), np.minimum.reduceat(self.lo, starts),
                             np.maximum.reduceat(self.hi, starts), np.add.reduceat(self.zero, starts), bins[0], bins[1])

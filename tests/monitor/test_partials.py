@@ -248,6 +248,20 @@ def test_every_row_partials_summed_from_a_segmentation_equal_those_folded_from_t
         assert norm(summed[key]) == norm(p)
 
 
+def test_every_row_partials_summed_from_a_segmentation_with_sketch_keys_spread_far():
+    # Latencies from 1 us to 30 years in 60 buckets: too many (group, key) cells for one bincount, so the
+    # sketch bins of both folds are counted by sorting (_bin_counts' other branch), the summed ones weighted.
+    # Each latency twice in its segment: the segments' bins hold counts of 2, which the sum must weigh.
+    latencies = np.geomspace(1e-3, 1e12, 360)
+    rows = [{"minute": i * 5 // 6, "latency_ms": float(v), "region": ("eu", "us", None)[i % 3]}
+            for i, v in enumerate(latencies) for _ in range(2)]
+    summed = {k: p for k, p in folded(rows).items() if k[2] == ALL}
+    direct = by_key(fold(frame(rows), timedelta(minutes=5), [], True, schema=SCHEMA, profile=PROFILE))
+    assert len(direct) == 60 and set(summed) == set(direct)
+    for key, p in direct.items():
+        assert norm(summed[key]) == norm(p)
+
+
 def partials() -> st.SearchStrategy[Partial]:
     return rows_strategy.map(lambda rows: merge_all(p for (_, _, s), p in folded(rows).items() if s == ALL))
 
