@@ -44,7 +44,8 @@ LATENCY = "latency_ms"  # sketch key of the total latency; stages are `stage.<na
 RELATIVE_ACCURACY = 0.01
 UNSEEN_KEEP = 32  # unseen category values retained per field (the ones with the smallest hash)
 MIXED = "mixed"  # profile fingerprint of a merge of partials binned by different profiles
-BINARY = b"TWP2"  # first bytes of a binary payload (Partial.to_bytes); JSON payloads start with `{`
+BINARY = b"TWP3"  # first bytes of a binary payload (Partial.to_bytes); JSON payloads start with `{`
+BINARY_V2 = b"TWP2"  # the binary payload before TWP3, its sketches' sums and extremes in the header (still read)
 TTFT = "ttft_ms"  # sketch of the time to first token (generative services), ms
 TOKENS_PER_S = "output_tokens_per_s"  # sketch of output_tokens / latency per request
 ARRIVAL, COMPLETION = "time:arrival", "time:completion"  # sketches of arrival and ts + latency, epoch s
@@ -172,9 +173,9 @@ class Partial:
         return self.counts["rows"]
 
     def to_bytes(self) -> bytes:
-        """The partial serialized: BINARY (a small JSON header, then every histogram count and sketch bin
-        as one int16, int32 or int64 array), or JSON when a count does not fit 64 bits. from_bytes reads both, and the
-        JSON payloads stored before BINARY existed."""
+        """The partial serialized: BINARY (a small JSON header; each sketch's sum, sumsq, min and max as
+        float64; then every histogram count and sketch bin as one int16, int32 or int64 array), or JSON when a
+        count does not fit 64 bits. from_bytes reads both, and the payloads stored before (BINARY_V2, JSON)."""
         try:
             return self._binary()
         except OverflowError:
@@ -185,8 +186,11 @@ class Partial:
         sketches = sorted(self.sketches.items())
         maps = [(sorted(sk.pos), sk.pos, sorted(sk.neg), sk.neg) for _, sk in sketches]
         head: dict[str, Any] = {"counts": dict(sorted(self.counts.items())), "hists": [[k, len(v)] for k, v in hists],
-                                "sketches": [[k, len(m[0]), len(m[2]), sk.zero, sk.count, sk.sum, sk.sumsq, sk.min,
-                                              sk.max] for (k, sk), m in zip(sketches, maps, strict=True)]}
+                                "sketches": [[k, len(m[0]), len(m[2]), sk.zero, sk.count]
+                                             for (k, sk), m in zip(sketches, maps, strict=True)]}
+        # Binary floats: the shortest repr of every sum was most of the time a fold spent writing partials.
+        floats = np.array([x for _, sk in sketches for x in (sk.sum, sk.sumsq, sk.min, sk.max)], dtype="<f8")
+        _finite(floats)
         if self.unseen:
             head["unseen"] = {k: dict(sorted(v.items())) for k, v in sorted(self.unseen.items())}
         if self.profile:
@@ -204,8 +208,8 @@ class Partial:
                 break
         head["int"] = values.dtype.itemsize
         header = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
-        header += b" " * (-len(header) % 8)  # the integers start 8-aligned
-        return BINARY + struct.pack("<I", len(header)) + header + values.tobytes()
+        header += b" " * (-len(header) % 8)  # the floats, then the integers, start 8-aligned
+        return BINARY + struct.pack("<I", len(header)) + header + floats.tobytes() + values.tobytes()
 
     def _json(self) -> bytes:
         body: dict[str, Any] = {"counts": dict(sorted(self.counts.items()))}
@@ -221,7 +225,7 @@ class Partial:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Partial:
-        if data[:4] == BINARY:
+        if data[:4] in (BINARY, BINARY_V2):
             return cls._from_binary(data)
         body = json.loads(data)
         return cls(Counter(body["counts"]),
@@ -234,14 +238,16 @@ class Partial:
     def _from_binary(cls, data: bytes) -> Partial:
         (n,) = struct.unpack_from("<I", data, 4)
         head = json.loads(data[8:8 + n])
-        values = np.frombuffer(data, dtype=f"<i{head['int']}", offset=8 + n).tolist()
+        floats, at = payload_floats(data, n, head)
+        values = np.frombuffer(data, dtype=f"<i{head['int']}", offset=at).tolist()
         i = 0
         hists = {}
         for name, bins in head["hists"]:
             hists[name] = tuple(values[i:i + bins])
             i += bins
         sketches = {}
-        for name, npos, nneg, zero, count, total, squares, lo, hi in head["sketches"]:
+        for j, (name, npos, nneg, zero, count, *v2) in enumerate(head["sketches"]):
+            total, squares, lo, hi = v2 or floats[4 * j:4 * j + 4]
             pos = dict(zip(values[i:i + npos], values[i + npos:i + 2 * npos], strict=True))
             i += 2 * npos
             neg = dict(zip(values[i:i + nneg], values[i + nneg:i + 2 * nneg], strict=True))
@@ -251,6 +257,20 @@ class Partial:
             raise ValueError(f"partial payload holds {len(values)} values, its header describes {i}")
         return cls(Counter(head["counts"]), hists, sketches,
                    {k: Counter(v) for k, v in head.get("unseen", {}).items()}, head.get("profile", ""))
+
+
+def payload_floats(data: bytes, n: int, head: dict) -> tuple[list[float], int]:
+    """A binary payload's sketch floats (sum, sumsq, min, max per sketch; none in BINARY_V2, whose header
+    holds them) and where its integers start; `n` its header's length."""
+    if data[:4] == BINARY_V2:
+        return [], 8 + n
+    size = 4 * len(head["sketches"])
+    return np.frombuffer(data, dtype="<f8", count=size, offset=8 + n).tolist(), 8 + n + 8 * size
+
+
+def _finite(floats: np.ndarray) -> None:
+    if not np.isfinite(floats).all():  # an overflowed sum: refused, as the JSON header refused it before
+        raise ValueError("Out of range float values are not JSON compliant")
 
 
 def merge_all(partials) -> Partial:
@@ -571,25 +591,23 @@ class _Acc:
 
         Every group's integers (its histogram row, then each sketch's bin keys and counts) are gathered
         from the arrays in one take. The JSON header is written as json.dumps(head, separators=(",", ":"),
-        allow_nan=False) writes it, from pieces encoded once per name: ints as str, floats as repr."""
+        allow_nan=False) writes it, from pieces encoded once per name; each group's sketch floats, like its
+        integers, come from one take."""
         counts = [(_json(k), self.counts[k].tolist()) for k in sorted(self.counts)]
         rows = self.counts["rows"].tolist() if "rows" in self.counts else [0] * self.groups
         hist_names = sorted(self.hists)
         hists = _json([[k, self.hists[k].shape[1]] for k in hist_names])
         tables = [(k, self.sketches[k]) for k in sorted(self.sketches)]
         flat, bounds, width = self._ints(hist_names, [t for _, t in tables])
+        floats, f_bounds = self._floats([t for _, t in tables])
         entries = []  # per sketch: each group's header entry, or None
         for name, t in tables:
-            if not all(np.isfinite(x).all() for x in (t.total, t.squares)):  # min / max are finite
-                raise ValueError("Out of range float values are not JSON compliant")
             npos = np.bincount(t.pos[0], minlength=self.groups)[t.present].tolist()
             nneg = np.bincount(t.neg[0], minlength=self.groups)[t.present].tolist()
             per: list[str | None] = [None] * self.groups
             key = _json(name)
-            for gi, p, n, z, c, s, q, a, b in zip(t.present.tolist(), npos, nneg, t.zero.tolist(), t.count.tolist(),
-                                                  t.total.tolist(), t.squares.tolist(), t.lo.tolist(), t.hi.tolist(),
-                                                  strict=True):
-                per[gi] = f"[{key},{p},{n},{z},{c},{s!r},{q!r},{a!r},{b!r}]"
+            for gi, p, n, z, c in zip(t.present.tolist(), npos, nneg, t.zero.tolist(), t.count.tolist(), strict=True):
+                per[gi] = f"[{key},{p},{n},{z},{c}]"
             entries.append(per)
         unseen = sorted(self.unseen.items())
         tail = f',"profile":{_json(profile.fingerprint)}' if profile is not None and profile.fingerprint else ""
@@ -602,8 +620,22 @@ class _Acc:
             extra = f',"unseen":{_json(held)}' if held else ""
             header = f'{{"counts":{{{counted}}},"hists":{hists},"sketches":[{sketched}]{extra}{tail},"int":{w}}}'.encode()
             header += b" " * (-len(header) % 8)
-            out.append((rows[i], BINARY + struct.pack("<I", len(header)) + header + arrays[w][a:b].tobytes()))
+            out.append((rows[i], BINARY + struct.pack("<I", len(header)) + header
+                        + floats[32 * f_bounds[i]:32 * f_bounds[i + 1]] + arrays[w][a:b].tobytes()))
         return out
+
+    def _floats(self, tables: list[_SketchTable]) -> tuple[bytes, list[int]]:
+        """Every group's sketch floats (sum, sumsq, min, max of each sketch it holds, sketches in the order
+        of `tables`) one group after the other, as float64 bytes; and each group's bounds, in sketches."""
+        if not tables:
+            return b"", [0] * (self.groups + 1)
+        group = np.concatenate([t.present for t in tables])
+        rank = np.concatenate([np.full(len(t.present), r) for r, t in enumerate(tables)])
+        values = np.concatenate([np.column_stack([t.total, t.squares, t.lo, t.hi]) for t in tables])
+        _finite(values)
+        values = values[np.lexsort((rank, group))]
+        bounds = np.r_[0, np.cumsum(np.bincount(group, minlength=self.groups))].tolist()
+        return values.astype("<f8").tobytes(), bounds
 
     def _ints(self, hist_names: list[str], tables: list[_SketchTable]) -> tuple[np.ndarray, list[int], list[int]]:
         """Every group's integers, one group after the other (as int64); the groups' bounds in them; and
@@ -1036,18 +1068,22 @@ def _fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], 
 class _Values:
     """One value per row, prepared once for the sketches of every grouping and subset of rows: which
     rows a sketch takes (finite and within 1e150: the square of a larger one, in `sumsq`, would not be),
-    and each one's sign and bin key."""
+    and, when first needed, each one's sign and bin key."""
 
     def __init__(self, v: np.ndarray) -> None:
         self.v = v = np.ascontiguousarray(v, dtype=float)
         ok = np.abs(v) < _LARGEST
         self.ok = None if ok.all() else ok  # None: every row
-        self.pos, self.neg = v > _MAPPING.min_possible, v < -_MAPPING.min_possible
-        with np.errstate(divide="ignore", invalid="ignore"):  # keys of zero and skipped rows are not read
-            logs = np.log(np.abs(v))
-            logs /= _LOG_GAMMA
-            np.ceil(logs, out=logs)
-            self.key = logs.astype("int64")
+
+    @functools.cached_property
+    def signs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows binned as positive, as negative (bool); the others count as zero."""
+        return self.v > _MAPPING.min_possible, self.v < -_MAPPING.min_possible
+
+    @functools.cached_property
+    def key(self) -> np.ndarray:
+        """Each row's bin key (that of |v|; keys of zero and skipped rows are not read)."""
+        return _keys(self.v)
 
     def table(self, acc: _Acc, rows: np.ndarray | None = None) -> _SketchTable | None:
         """The sketches of the rows (all, or where bool `rows`) per group of `acc`. Sums add each group's
@@ -1072,9 +1108,16 @@ class _Values:
         squares = np.add.reduceat(v * v, starts)
         lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
         del v, gs, sel
+        empty = np.zeros(0, dtype="int64")
+        single = _single_bin(lo, hi)
+        if single is not None:
+            # Each group's values share one positive bin (times of day within a bucket, say): its key is
+            # that of its min, no key per row.
+            return _SketchTable(present, count, total, squares, lo, hi, np.zeros(len(present), "int64"),
+                                (present, single, count), (empty, empty, empty))
         bins = []
         zero = count.copy()  # less the values binned below
-        for side in (self.pos, self.neg):
+        for side in self.signs:
             # Bin counts do not depend on the order of the rows: counted where they are, no gather.
             mask = side if take is None else side & take
             everyone = bool(mask.all())
@@ -1082,6 +1125,32 @@ class _Values:
             bins.append(_bin_counts(key, owner, groups))
             zero -= np.bincount(bins[-1][0], weights=bins[-1][2], minlength=groups).astype("int64")[present]
         return _SketchTable(present, count, total, squares, lo, hi, zero, bins[0], bins[1])
+
+
+def _keys(v: np.ndarray) -> np.ndarray:
+    """The bin key of each |v| (garbage for zero and non-finite values, which are not binned)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(np.abs(v))
+        logs /= _LOG_GAMMA
+        np.ceil(logs, out=logs)
+        return logs.astype("int64")
+
+
+_KEY_MARGIN = 1e-6  # in keys: far above the few ulps by which log may round a value and its group's min apart
+
+
+def _single_bin(lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
+    """When every group's values (min `lo`, max `hi`) are positive and surely in one bin, that bin's key per
+    group; else None. Sure: lo and hi sit inside the same bin, _KEY_MARGIN away from its edges, so that
+    no value between them can round into the next."""
+    if not (lo > _MAPPING.min_possible).all():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x_lo, x_hi = np.log(lo) / _LOG_GAMMA, np.log(hi) / _LOG_GAMMA
+    key = np.ceil(x_lo)
+    if not ((x_lo > key - 1 + _KEY_MARGIN) & (x_hi < key - _KEY_MARGIN)).all():
+        return None
+    return key.astype("int64")
 
 
 def _bin_counts(key: np.ndarray, g: np.ndarray, groups: int,

@@ -23,7 +23,7 @@ import pandas as pd
 from sqlalchemy import func, select
 
 from monitor.frame import STAGE_PREFIX
-from monitor.partials import ALL, BINARY, LATENCY, Partial, Sketch, merge_all
+from monitor.partials import ALL, BINARY, BINARY_V2, LATENCY, Partial, Sketch, merge_all, payload_floats
 from storage import models
 from storage.models import BucketPartial, FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
 from storage.store import Store, utc
@@ -231,27 +231,28 @@ class _HealthSum:
         self.wanted: dict[str, bool] = {}
 
     def add(self, payload: bytes) -> None:
-        if payload[:4] != BINARY:  # a JSON payload, stored before the binary form or past int64
+        if payload[:4] not in (BINARY, BINARY_V2):  # a JSON payload, stored before the binary form or past int64
             self._add_partial(Partial.from_bytes(payload))
             return
         (size,) = struct.unpack_from("<I", payload, 4)
         head = json.loads(payload[8:8 + size])
         width = head["int"]
         skip = sum(bins for _, bins in head["hists"])
-        values = np.frombuffer(payload, dtype=f"<i{width}", offset=8 + size + skip * width)
+        floats, at = payload_floats(payload, size, head)
+        values = np.frombuffer(payload, dtype=f"<i{width}", offset=at + skip * width)
         counts, own = head["counts"], self.counts
         for key in HEALTH_COUNTS:
             if key in counts:
                 own[key] += counts[key]
         i, base, wanted = 0, self.size, self.wanted
-        for row in head["sketches"]:
+        for j, row in enumerate(head["sketches"]):
             name, npos, nneg = row[0], row[1], row[2]
             keep = wanted.get(name)
             if keep is None:
                 keep = wanted[name] = _health_sketch(name)
             if keep and row[4]:
                 self.ints[name].extend((base + i, npos, nneg, row[3], row[4]))
-                self.floats[name].extend(row[5:])
+                self.floats[name].extend(row[5:] or floats[4 * j:4 * j + 4])
             i += 2 * (npos + nneg)
         if i != len(values):
             raise ValueError(f"partial payload holds {skip + len(values)} values, its header describes {skip + i}")

@@ -28,3 +28,30 @@ def stored_rows(store, service: str = "churn") -> int:
         rows = store.load_partials(s, service, datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC),
                                    segment=ALL)
     return sum(Partial.from_bytes(r.payload).rows for r in rows)
+
+
+def v2_bytes(partial) -> bytes:
+    """`partial` in the binary form stored before TWP3 (TWP2: each sketch's sum, sumsq, min and max in the
+    JSON header), written as that version wrote it: what a database kept from then holds."""
+    import struct
+
+    import numpy as np
+
+    from monitor.partials import BINARY_V2
+
+    hists, sketches = sorted(partial.hists.items()), sorted(partial.sketches.items())
+    head = {"counts": dict(sorted(partial.counts.items())), "hists": [[k, len(v)] for k, v in hists],
+            "sketches": [[k, len(sk.pos), len(sk.neg), sk.zero, sk.count, sk.sum, sk.sumsq, sk.min, sk.max]
+                         for k, sk in sketches]}
+    if partial.unseen:
+        head["unseen"] = {k: dict(sorted(v.items())) for k, v in sorted(partial.unseen.items())}
+    if partial.profile:
+        head["profile"] = partial.profile
+    ints = [x for _, v in hists for x in v]
+    for _, sk in sketches:
+        for bins in (sk.pos, sk.neg):
+            ints += sorted(bins) + [bins[k] for k in sorted(bins)]
+    head["int"] = 8
+    header = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
+    header += b" " * (-len(header) % 8)
+    return BINARY_V2 + struct.pack("<I", len(header)) + header + np.array(ints, dtype="<i8").tobytes()

@@ -15,11 +15,13 @@ import pytest
 from ddsketch import DDSketch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests_support import v2_bytes
 
 from monitor.config import Schema
 from monitor.partials import (
     ALL,
     BINARY,
+    BINARY_V2,
     LATENCY,
     MIXED,
     UNSEEN_KEEP,
@@ -154,6 +156,21 @@ def test_payloads_are_binary_and_fall_back_to_json_past_64_bits():
         wide = Partial(p.counts + Counter({"rows": 2**70}), {"x": (big,) * 3}, p.sketches)
         assert wide.to_bytes()[:4] == BINARY and Partial.from_bytes(wide.to_bytes()) == wide
     assert Partial.from_bytes(Partial().to_bytes()) == Partial()
+
+
+def test_binary_payloads_stored_before_twp3_still_read_and_merge():
+    """TWP3 moved the sketches' sums and extremes out of the JSON header into float64: the TWP2 payloads a
+    database already holds read back to the same partial, and merge with new ones."""
+    f = frame([{"minute": m % 5, "x": float(m), "c": "abz"[m % 3], "t": "ab " * (m % 4), "latency_ms": 1.5 + m * 0.37,
+                "replica": f"r{m % 3}", "queue_depth": m % 4} for m in range(60)])
+    rows = fold(f, timedelta(minutes=5), [], False, schema=SCHEMA, profile=PROFILE)
+    assert rows and all(r.payload[:4] == BINARY for r in rows)
+    for row in rows:
+        p = Partial.from_bytes(row.payload)
+        assert len(p.sketches) >= 3
+        old = v2_bytes(p)
+        assert old[:4] == BINARY_V2 and old != row.payload and Partial.from_bytes(old) == p
+        assert Partial.from_bytes(merge_bytes(old, row.payload)) == p.merge(p)
 
 
 # -- sketches --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sqlalchemy import select
+from tests_support import v2_bytes
 
 from monitor import query as q
 from monitor.partials import ALL, Partial, merge_all
@@ -110,7 +111,7 @@ def test_metrics_per_period_and_segment(filled, scenario_run):
 
 def test_metrics_read_partials_as_the_full_merge_does(filled, scenario_run):
     """metrics decodes only the counts and sketches it reads, summing bins with numpy: the same figures, to
-    the bit, as decoding every partial whole and merging with merge_all; also for JSON payloads."""
+    the bit, as decoding every partial whole and merging with merge_all; also for JSON and TWP2 payloads."""
     start, end = span(scenario_run)
     for segment, every, group_by in ((ALL, None, ("model_version",)), ("*", timedelta(minutes=15), ("segment",)),
                                      (ALL, timedelta(minutes=5), ("model_version", "segment"))):
@@ -126,8 +127,8 @@ def test_metrics_read_partials_as_the_full_merge_does(filled, scenario_run):
         payloads = session.scalars(select(BucketPartial.payload).where(BucketPartial.segment == ALL)).all()
     parts = [Partial.from_bytes(p) for p in payloads[:20]]
     acc = q._HealthSum()
-    for i, part in enumerate(parts):
-        acc.add(part._json() if i % 2 else part.to_bytes())  # both serialized forms, interleaved
+    for i, part in enumerate(parts):  # every serialized form, interleaved: TWP3, JSON, and TWP2 as stored before
+        acc.add((part.to_bytes(), part._json(), v2_bytes(part))[i % 3])
     merged, want = acc.partial(), merge_all(parts)
     assert merged.counts == {k: v for k, v in want.counts.items() if k in q.HEALTH_COUNTS}
     assert merged.sketches == {k: v for k, v in want.sketches.items() if q._health_sketch(k)}
