@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
+import numpy as np
 import pandas as pd
 
 from monitor.config import Config, Service
@@ -371,11 +372,27 @@ def first_sightings(rows: pd.DataFrame) -> dict[str, dict[str, datetime]]:
     """Per version field, each value's earliest event time in `rows`: what the verdict names as
     'what changed' when a value first appears near an incident's onset."""
     out: dict[str, dict[str, datetime]] = {}
+    if not len(rows):
+        return out
+    ts = rows["ts"] if isinstance(rows["ts"].dtype, pd.DatetimeTZDtype) else pd.to_datetime(rows["ts"], utc=True)
+    t = ts.array.asi8  # NaT as the smallest int64: left out below
+    timed = ~ts.isna().to_numpy()
     for kind in VERSION_FIELDS:
-        if kind in rows and len(rows):
-            seen = rows[[kind, "ts"]].dropna()
+        if kind in rows:
+            # Codes, not a groupby: its copy of the two columns cost as much as the fold's every-row counts.
+            column = rows[kind]
+            if isinstance(column.dtype, pd.CategoricalDtype):
+                codes, values = column.cat.codes.to_numpy(), column.cat.categories
+            else:
+                codes, values = pd.factorize(column)
+            ok = timed & (codes >= 0)
+            every = bool(ok.all())
+            first = np.full(len(values), np.iinfo(np.int64).max)
+            np.minimum.at(first, codes if every else codes[ok], t if every else t[ok])
+            seen = np.flatnonzero(first < np.iinfo(np.int64).max)
             if len(seen):
-                out[kind] = {str(k): v.to_pydatetime() for k, v in seen.groupby(kind, observed=True)["ts"].min().items()}
+                out[kind] = {str(values[i]): pd.Timestamp(int(first[i]), unit=ts.dtype.unit, tz="UTC").to_pydatetime()
+                             for i in seen.tolist()}
     return out
 
 
