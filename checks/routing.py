@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from checks.base import Finding, check
 from checks.stats import wilson
-from monitor.partials import ROUTE, ROUTING, Partial, Sketch
+from monitor.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
 from monitor.profile import Profile
 
 
@@ -29,7 +29,8 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
             params: HotspotThreshold) -> list[Finding]:
     """Per routing field in the window (`route`, `expert`, `replica`): the busiest value's share (0..1)
     of routed requests vs an even split (labels field, measure=share), and its latency quantile in ms vs
-    the other values' (measure=latency). The busiest value is named in `detail.value`."""
+    the other values' (measure=latency). The busiest value is named in `detail.value`. Latency by routing
+    value is folded for all traffic only: a segment's window (latency, none by value) gets the share."""
     out = []
     for name in ROUTING:
         prefix = f"{ROUTE}{name}="
@@ -47,6 +48,8 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
         out.append(Finding("hotspot", {"field": name, "measure": "share"}, k / n, status, n, baseline=even,
                            effect=k / n / even, interval=(low, high),
                            detail={"value": busiest, "requests": k, "values": values}))
+        if window.sketches.get(LATENCY, Sketch()).count and not any(k.startswith(prefix) for k in window.sketches):
+            continue
         mine = window.sketches.get(prefix + busiest, Sketch())
         others = Sketch()
         for key, sk in window.sketches.items():

@@ -453,13 +453,19 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
         accs.append(_Acc(codes, len(keys)))
         keyed.append((mv_of, b_of, seg_of, seg_values))
     del base
-    # Each per-row value is computed once, counted into every grouping, and dropped.
-    _fold_rows(frame, schema or Schema(), prof, timed, accs)
+    everyone = accs[0]  # the every-row grouping, for what only the every-row partials hold
     if groupings[0][1] is not None:
         src = min(range(len(accs)), key=lambda i: accs[i].groups)  # the fewest groups: the least to add up
         mv_of, b_of = keyed[src][:2]
         parent = mv_of * len(b_values) + b_of  # non-decreasing: the keys are sorted (version, bucket, segment)
+        dense = np.cumsum(np.r_[0, parent[1:] != parent[:-1]])  # group -> its parent's group, as summed() numbers them
+        everyone = _Acc(dense[accs[src].g], int(dense[-1]) + 1)
+    # Each per-row value is computed once, counted into every grouping, and dropped.
+    _fold_rows(frame, schema or Schema(), prof, timed, accs, everyone)
+    if groupings[0][1] is not None:
         accs.insert(0, accs[src].summed(parent))
+        accs[0].sketches.update(everyone.sketches)
+        del everyone
         whole = np.unique(parent)  # the parents in the order summed() made their groups
         keyed.insert(0, (*np.divmod(whole, len(b_values)), np.zeros(len(whole), "int64"),
                          np.array([ALL], dtype=object)))
@@ -728,7 +734,10 @@ def _sketch(accs: list[_Acc], name: str, v: np.ndarray | _Values, rows: np.ndarr
             a.sketches[name] = table
 
 
-def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, timed: bool, accs: list[_Acc]) -> None:
+def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, timed: bool, accs: list[_Acc],
+               everyone: _Acc) -> None:
+    """Count and sketch each per-row value into every grouping of `accs`; what only the every-row partials
+    hold into `everyone` (one of `accs` when there is no segment column)."""
     n = len(frame)
     for a in accs:
         a.counts["rows"] = np.bincount(a.g, minlength=a.groups).astype("int64", copy=False)
@@ -753,7 +762,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         if timed:
             _fold_cache_time(frame, hits & joined, misses & joined, accs)
     latency = _Values(_numbers(frame[LATENCY])) if LATENCY in frame else None
-    _fold_service(frame, accs, latency)
+    _fold_service(frame, accs, latency, everyone)
 
     for name in [LATENCY] + [c for c in frame.columns if c.startswith(STAGE_PREFIX)]:
         if name in frame:
@@ -924,10 +933,10 @@ def _epoch_seconds(ts: pd.Series) -> np.ndarray:
     return ((ts - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(dtype=float, na_value=np.nan)
 
 
-def _fold_service(frame: pd.DataFrame, accs: list[_Acc], lat: _Values | None) -> None:
+def _fold_service(frame: pd.DataFrame, accs: list[_Acc], lat: _Values | None, everyone: _Acc) -> None:
     """What the latency and hotspot checks add to latency (`lat`, None without it): time to first
     token, output tokens per second, token totals, arrival and completion times (throughput, queue
-    trend), and traffic and latency per routing value."""
+    trend), and traffic per routing value; latency per routing value into `everyone` only."""
     latency = lat.v if lat is not None else None
     if TTFT in frame:
         _sketch(accs, TTFT, _numbers(frame[TTFT]))
@@ -961,18 +970,19 @@ def _fold_service(frame: pd.DataFrame, accs: list[_Acc], lat: _Values | None) ->
             on = codes >= 0
             every = bool(on.all())
             k = len(names)
-            for a in accs:
-                # (group, value) pairs as the groups of one table: one sort, one pass for every value.
-                pair = a.g * k
-                pair += codes
-                if not every:
-                    pair[~on] = 0  # rows without a value: left out below
-                table = lat.table(_Acc(pair, a.groups * k), None if every else on)
-                if table is None:
-                    continue
+            # Of all traffic only: a slow replica is slow for every segment, and its latency sketches per
+            # segment were a third of a fold's time and of the partials' size, for findings that repeated
+            # the every-row one. A segment's partials keep its traffic per value (the share).
+            # (group, value) pairs as the groups of one table: one sort, one pass for every value.
+            pair = everyone.g * k
+            pair += codes
+            if not every:
+                pair[~on] = 0  # rows without a value: left out below
+            table = lat.table(_Acc(pair, everyone.groups * k), None if every else on)
+            if table is not None:
                 for key, part in zip(names, table.split(k), strict=True):
                     if len(part.present):
-                        a.sketches[key] = part
+                        everyone.sketches[key] = part
 
 
 def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:

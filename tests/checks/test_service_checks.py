@@ -4,6 +4,7 @@ throughput, queue trend), cold / warm cache, thresholds from config: tiny inline
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ from checks.latency import LatencyThreshold, latency
 from checks.routing import HotspotThreshold, hotspot
 from checks.vocabulary import OovThreshold, oov_rate
 from monitor.config import ConfigError, Schema, parse
-from monitor.partials import Partial
+from monitor.partials import ALL, Partial, fold, merge_all
 from monitor.profile import Profile, build_profile
 
 
@@ -79,6 +80,24 @@ def test_hotspot_empty_single_row_and_missing_latency(make, window):
     f = hotspot(window(make(4, route=["x", "y", None, "x"], latency_ms=[np.nan, np.inf, 1.0, 0.0])), None, None,
                 HotspotThreshold())
     assert find(f, field="route", measure="share").n == 3  # the row without a route is not routed
+
+
+def test_hotspot_latency_is_judged_on_all_traffic_and_a_segment_gets_the_share(make):
+    # Latency by replica is folded for all traffic only: a segment's window (its latency, none by replica)
+    # says how its traffic is spread, not how fast each replica served it.
+    rng = np.random.default_rng(3)
+    n = 3000
+    replica = rng.choice(["a", "b", "c"], n)
+    frame = make(n, replica=replica, latency_ms=np.where(replica == "a", 3.0, 1.0) * rng.lognormal(3, 0.3, n),
+                 region=rng.choice(["eu", "us"], n))
+    rows = fold(frame, timedelta(hours=1), ["region"], timed=True)
+    every = merge_all(Partial.from_bytes(r.payload) for r in rows if r.segment == ALL)
+    eu = merge_all(Partial.from_bytes(r.payload) for r in rows if r.segment == "region=eu")
+    share, lat = hotspot(every, None, None, HotspotThreshold())
+    assert share.status == "ok" and lat.status == "breach" and lat.detail["value"] == "a"
+    [eu_share] = hotspot(eu, None, None, HotspotThreshold())
+    assert eu_share.labels == {"field": "replica", "measure": "share"} and eu_share.status == "ok"
+    assert eu_share.n == eu.rows > 1000
 
 
 # -- oov_rate ------------------------------------------------------------------------------------------

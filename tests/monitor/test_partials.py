@@ -24,6 +24,7 @@ from monitor.partials import (
     BINARY_V2,
     LATENCY,
     MIXED,
+    ROUTE,
     UNSEEN_KEEP,
     Partial,
     Sketch,
@@ -277,6 +278,33 @@ def test_every_row_partials_summed_from_a_segmentation_with_sketch_keys_spread_f
     assert len(direct) == 60 and set(summed) == set(direct)
     for key, p in direct.items():
         assert norm(summed[key]) == norm(p)
+
+
+@FAST
+@given(rows_strategy)
+def test_latency_by_routing_value_is_folded_for_all_traffic_only(rows):
+    # A segment's partials count its traffic per routing value, with no latency sketch per value; the
+    # every-row partials hold those sketches, the very ones a fold without segments makes.
+    direct = by_key(fold(frame(rows), timedelta(minutes=5), [], True, schema=SCHEMA, profile=PROFILE))
+    for (mv, start, seg), p in folded(rows).items():
+        routed = {k: s for k, s in p.sketches.items() if k.startswith(ROUTE)}
+        if seg == ALL:
+            assert routed == {k: s for k, s in direct[(mv, start, seg)].sketches.items() if k.startswith(ROUTE)}
+        else:
+            assert routed == {}
+
+
+def test_segments_count_routing_values_and_all_traffic_sketches_their_latency():
+    rows = [{"minute": i % 5, "latency_ms": 1.0 + i, "replica": f"r{i % 3}", "region": ("eu", "us")[i % 2]}
+            for i in range(60)]
+    out = folded(rows)
+    every = out[("v1", T0, ALL)]
+    eu = out[("v1", T0, "region=eu")]
+    assert {k for k in every.sketches if k.startswith(ROUTE)} == {"route:replica=r0", "route:replica=r1",
+                                                                   "route:replica=r2"}
+    assert every.sketches["route:replica=r1"].count == 20 and every.sketches["route:replica=r1"].min == 2.0
+    assert not any(k.startswith(ROUTE) for k in eu.sketches) and eu.sketches[LATENCY].count == 30
+    assert [eu.counts[f"route:replica=r{j}"] for j in range(3)] == [10, 10, 10]
 
 
 def partials() -> st.SearchStrategy[Partial]:
