@@ -8,6 +8,7 @@ the last steps, offsets included, and they are read again.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -74,9 +75,14 @@ class TickReport:
 
 def tick(config: Config, store: Store, now: datetime) -> list[TickReport]:
     """Run one tick for every configured service at clock `now` (UTC)."""
+    # The objects alive before the tick (modules, config, the daemon's state: a few hundred thousand) are
+    # kept out of the collector's full passes until it ends: each pass over them cost ~90 ms, and a tick
+    # that allocates many objects set off a dozen. Unfrozen after, they are collected as before.
+    gc.freeze()
     try:
         return [run_service(config, service, store, now) for service in config.services]
     finally:
+        gc.unfreeze()
         release_memory()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import math
@@ -264,6 +265,35 @@ def test_first_sightings_of_each_version_field_are_recorded(store, tmp_path):
     ts = [pd.Timestamp(r["ts"]).to_pydatetime() for r in rows]
     assert seen == {("model_version", "v1"): ts[0], ("preprocess_version", "p1"): ts[0],
                     ("config_hash", "aaa"): ts[0], ("config_hash", "bbb"): ts[6]}
+
+
+def test_a_tick_keeps_older_objects_from_full_collections_until_it_ends(store, tmp_path, monkeypatch):
+    # What was alive before the tick is frozen during it (a full collection then walks only the tick's own
+    # objects), and unfrozen after, whether the tick succeeds or raises.
+    from monitor import runner
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "t").mkdir()
+    (tmp_path / "p" / "a.jsonl").write_text("".join(json.dumps(valid_row(i)) + "\n" for i in range(20)))
+    cfg = make_config(tmp_path)
+    frozen, run_service = [], runner.run_service
+
+    def spy(*args):
+        frozen.append(gc.get_freeze_count())
+        return run_service(*args)
+
+    monkeypatch.setattr(runner, "run_service", spy)
+    assert gc.get_freeze_count() == 0
+    [report] = tick(cfg, store, NOW)
+    assert report.accepted["predictions"] == 20 and frozen[0] > 1000 and gc.get_freeze_count() == 0
+
+    def broken(*args):
+        raise RuntimeError("store gone")
+
+    monkeypatch.setattr(runner, "run_service", broken)
+    with pytest.raises(RuntimeError):
+        tick(cfg, store, NOW)
+    assert gc.get_freeze_count() == 0
 
 
 def _chunked_jsonl(tmp_path) -> tuple[config_mod.Config, object, dict[int, Reason], list[int]]:
