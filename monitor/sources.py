@@ -46,6 +46,9 @@ _SCAN_BYTES = 64 << 10  # bytes per numpy call when scanning a buffer (see _scan
 _BOM = b"\xef\xbb\xbf"
 # Deeper JSON is quarantined as oversize_field before parsing (see _too_deep); real records nest 2-3 levels.
 MAX_JSON_DEPTH = 64
+# pyarrow parses 4,000 levels and crashes past 10,000 (tests/monitor/test_ingest.py): a line shorter than
+# this, which cannot open more levels than it has bytes, is safe to hand to it before its depth is known.
+_SAFE_LINE_BYTES = 1024
 
 
 # Waits for a JSON Lines chunk's blocks: (rows in one Arrow table, the few rows of other types, rejects).
@@ -487,14 +490,41 @@ def _parse_json_lines(buf: bytes, view: memoryview, starts: np.ndarray, ends: np
         rejects += [Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding, excerpt(buf[starts[i]:ends[i]]))
                     for i in idx[bad]]
         idx = idx[~bad]
-    deep = _too_deep(buf, starts, ends, idx)
-    if deep:
-        rejects += [Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:ends[i]]))
-                    for i in deep]
-        idx = idx[~np.isin(idx, deep)]
-    tables: list[pa.Table] = []
-    _parse_json_block(buf, view, starts, ends, idx, first_line, file, tables, rejects)
-    return tables, rejects
+    # Only lines long enough to crash pyarrow are scanned for their depth first. A shorter line nesting
+    # deeper than MAX_JSON_DEPTH shows in the parsed types (or among the lines pyarrow refuses): only then
+    # is every line of the block scanned, and the block parsed again without the deep ones.
+    deep = _too_deep(buf, starts, ends, idx[ends[idx] - starts[idx] >= _SAFE_LINE_BYTES])
+    dropped: list[int] = []
+    for exact in (False, True):
+        if deep:
+            dropped += deep
+            idx = idx[~np.isin(idx, deep)]
+        tables: list[pa.Table] = []
+        refused: list[Reject] = []
+        _parse_json_block(buf, view, starts, ends, idx, first_line, file, tables, refused)
+        if exact or not refused and all(_nesting(t.schema) <= MAX_JSON_DEPTH for t in tables):
+            break
+        deep = _too_deep(buf, starts, ends, idx)
+        if not deep:  # refused for another reason: what was parsed stands
+            break
+    rejects += [Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:ends[i]]))
+                for i in sorted(dropped)]
+    return tables, rejects + refused
+
+
+def _nesting(schema: pa.Schema) -> int:
+    """How deep the JSON objects read as `schema` nest: 1 for the object, one more per struct or list level."""
+    deepest = 1
+    todo = [(f.type, 2) for f in schema]
+    while todo:
+        typ, level = todo.pop()
+        if pa.types.is_struct(typ):
+            deepest = max(deepest, level)
+            todo += [(typ.field(i).type, level + 1) for i in range(typ.num_fields)]
+        elif pa.types.is_list(typ) or pa.types.is_large_list(typ):
+            deepest = max(deepest, level)
+            todo.append((typ.value_type, level + 1))
+    return deepest
 
 
 def _too_deep(buf: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> list[int]:

@@ -296,6 +296,31 @@ def test_a_tick_keeps_older_objects_from_full_collections_until_it_ends(store, t
     assert gc.get_freeze_count() == 0
 
 
+def test_lines_nested_too_deep_are_quarantined_however_they_are_found():
+    # Lines of 1 KiB and more are scanned for their depth before pyarrow sees them (it crashes past 10,000
+    # levels); a shorter one is found by the nesting of the parsed types, or among the lines pyarrow refuses.
+    from monitor.config import Limits
+    from monitor.sources import MAX_JSON_DEPTH, parse_jsonl
+
+    def nested(levels: int, close: bool = True) -> bytes:
+        inner = b"[" * (levels - 1) + b"1" + (b"]" * (levels - 1) if close else b"")
+        return b'{"request_id": "d", "a": ' + inner + (b"}" if close else b"")
+
+    mixed = b'{"a": ' + b'{"b": [' * 40 + b"1" + b"]}" * 40 + b"}"  # objects in lists: 81 levels
+    lines = {3: nested(MAX_JSON_DEPTH), 5: nested(MAX_JSON_DEPTH + 1), 8: nested(70, close=False), 11: mixed,
+             14: nested(3000)}
+    assert all(len(lines[k]) < 1024 for k in (3, 5, 8, 11)) and len(lines[14]) > 1024
+    buf = b"".join((lines.get(k) or json.dumps(valid_row(k)).encode()) + b"\n" for k in range(1, 21))
+    frame, rejects, n = parse_jsonl(buf, 0, "f.jsonl", Limits())
+    assert n == 20 and sorted(frame["_line"].tolist()) == [k for k in range(1, 21) if k not in (5, 8, 11, 14)]
+    assert sorted((r.position, r.reason) for r in rejects) == sorted(
+        (f"f.jsonl:{k}", Reason.oversize_field) for k in (5, 8, 11, 14))
+    # Alone among shallow lines, the broken deep line is found among those pyarrow refuses.
+    buf = b"".join((lines[8] if k == 8 else json.dumps(valid_row(k)).encode()) + b"\n" for k in range(1, 21))
+    frame, rejects, _ = parse_jsonl(buf, 0, "f.jsonl", Limits())
+    assert len(frame) == 19 and [(r.position, r.reason) for r in rejects] == [("f.jsonl:8", Reason.oversize_field)]
+
+
 def _chunked_jsonl(tmp_path) -> tuple[config_mod.Config, object, dict[int, Reason], list[int]]:
     """A JSON Lines file of some 30 small chunks with bad lines in several of them; returns the config, the file,
     the bad lines (1-based) with their reasons and the lines that hold rows."""
