@@ -44,10 +44,10 @@ _WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while
 _CHUNKS_AHEAD = 2
 _SCAN_BYTES = 64 << 10  # bytes per numpy call when scanning a buffer (see _scan)
 _BOM = b"\xef\xbb\xbf"
-# Deeper JSON is quarantined as oversize_field before parsing (see _too_deep); real records nest 2-3 levels.
+# Deeper JSON is quarantined as oversize_field (see _parse_json_lines); real records nest 2-3 levels.
 MAX_JSON_DEPTH = 64
-# pyarrow parses 4,000 levels and crashes past 10,000 (tests/monitor/test_ingest.py): a line shorter than
-# this, which cannot open more levels than it has bytes, is safe to hand to it before its depth is known.
+# pyarrow parsed 4,000 levels and crashed the process at 10,000 (on a thread, pyarrow 26): a line shorter
+# than this, which cannot open more levels than it has bytes, is safe to hand to it before its depth is known.
 _SAFE_LINE_BYTES = 1024
 
 
