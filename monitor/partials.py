@@ -458,15 +458,16 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
         src = min(range(len(accs)), key=lambda i: accs[i].groups)  # the fewest groups: the least to add up
         mv_of, b_of = keyed[src][:2]
         parent = mv_of * len(b_values) + b_of  # non-decreasing: the keys are sorted (version, bucket, segment)
-        dense = np.cumsum(np.r_[0, parent[1:] != parent[:-1]])  # group -> its parent's group, as summed() numbers them
+        dense = np.cumsum(np.r_[0, parent[1:] != parent[:-1]])  # group -> its parent's group, 0..n-1
         everyone = _Acc(dense[accs[src].g], int(dense[-1]) + 1)
     # Each per-row value is computed once, counted into every grouping, and dropped.
     _fold_rows(frame, schema or Schema(), prof, timed, accs, everyone)
     if groupings[0][1] is not None:
-        accs.insert(0, accs[src].summed(parent))
+        accs.insert(0, accs[src].summed(dense))
         accs[0].sketches.update(everyone.sketches)
+        whole = np.empty(everyone.groups, dtype="int64")
+        whole[dense] = parent  # each parent group's (version, bucket) key
         del everyone
-        whole = np.unique(parent)  # the parents in the order summed() made their groups
         keyed.insert(0, (*np.divmod(whole, len(b_values)), np.zeros(len(whole), "int64"),
                          np.array([ALL], dtype=object)))
     out: list[PartialRow] = []
@@ -576,13 +577,11 @@ class _Acc:
             self._runs = g, np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
         return self._runs
 
-    def summed(self, parent: np.ndarray) -> _Acc:
-        """One group per distinct `parent` (each group's parent key, non-decreasing in g), holding its groups
+    def summed(self, dense: np.ndarray) -> _Acc:
+        """The groups dense[g] (each group's parent, 0..n-1, non-decreasing in g), each holding its groups
         added up. Counts, histograms and sketch bins are exact; sketch sums are added per group, so their
         last bits may differ from a sum over the rows."""
-        change = parent[1:] != parent[:-1]
-        starts = np.flatnonzero(np.r_[True, change])
-        dense = np.cumsum(np.r_[False, change])  # group -> its parent as 0..n-1
+        starts = np.flatnonzero(np.r_[True, dense[1:] != dense[:-1]])
         out = _Acc(None, len(starts))
         out.counts = {k: np.add.reduceat(v, starts) for k, v in self.counts.items()}
         out.hists = {k: np.add.reduceat(v, starts, axis=0) for k, v in self.hists.items()}
@@ -1137,11 +1136,18 @@ class _Values:
         return _SketchTable(present, count, total, squares, lo, hi, zero, bins[0], bins[1])
 
 
-def _keys(v: np.ndarray) -> np.ndarray:
-    """The bin key of each |v| (garbage for zero and non-finite values, which are not binned)."""
+def _log_keys(v: np.ndarray) -> np.ndarray:
+    """log|v| in bin widths: a value's bin key is the ceiling (nonsense for zero and non-finite values)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.log(np.abs(v))
-        logs /= _LOG_GAMMA
+    logs /= _LOG_GAMMA
+    return logs
+
+
+def _keys(v: np.ndarray) -> np.ndarray:
+    """The bin key of each |v| (garbage for zero and non-finite values, which are not binned)."""
+    logs = _log_keys(v)
+    with np.errstate(invalid="ignore"):
         np.ceil(logs, out=logs)
         return logs.astype("int64")
 
@@ -1155,8 +1161,7 @@ def _single_bin(lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
     no value between them can round into the next."""
     if not (lo > _MAPPING.min_possible).all():
         return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x_lo, x_hi = np.log(lo) / _LOG_GAMMA, np.log(hi) / _LOG_GAMMA
+    x_lo, x_hi = _log_keys(lo), _log_keys(hi)
     key = np.ceil(x_lo)
     if not ((x_lo > key - 1 + _KEY_MARGIN) & (x_hi < key - _KEY_MARGIN)).all():
         return None
