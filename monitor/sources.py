@@ -653,8 +653,10 @@ def _to_frame(tables: list[pa.Table], max_chars: int) -> pd.DataFrame:
     try:
         return _flag_oversize(pa.concat_tables(tables, promote_options="permissive"), max_chars).to_pandas()
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        # Blocks disagree on a column's type (number here, string there): object columns; validation sorts it out.
-        return pd.concat([_flag_oversize(t, max_chars).to_pandas() for t in tables], ignore_index=True)
+        # Blocks disagree on a column's type (number here, string there): object columns; validation sorts it
+        # out. Made object before the concat, so no column's type depends on which blocks held only nulls.
+        frames = [_flag_oversize(t, max_chars).to_pandas() for t in tables]
+        return pd.concat([f.astype({c: object for c in f.columns if c != LINE}) for f in frames], ignore_index=True)
 
 
 def _combine(tables: list[pa.Table], max_chars: int) -> tuple[pa.Table | None, pd.DataFrame]:
@@ -685,8 +687,7 @@ def _combine(tables: list[pa.Table], max_chars: int) -> tuple[pa.Table | None, p
         table = _flag_oversize(pa.concat_tables(main, promote_options="permissive"), max_chars)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None, _to_frame(tables, max_chars).sort_values(LINE, kind="stable", ignore_index=True)
-    frame = pd.concat([_flag_oversize(t, max_chars).to_pandas() for t in odd], ignore_index=True)
-    return table, frame.sort_values(LINE, kind="stable", ignore_index=True)
+    return table, _to_frame(odd, max_chars).sort_values(LINE, kind="stable", ignore_index=True)
 
 
 def _open_parquet(path: Path) -> pq.ParquetFile:

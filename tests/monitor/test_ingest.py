@@ -321,6 +321,26 @@ def test_lines_nested_too_deep_are_quarantined_however_they_are_found():
     assert len(frame) == 19 and [(r.position, r.reason) for r in rejects] == [("f.jsonl:8", Reason.oversize_field)]
 
 
+def test_odd_lines_keep_their_values_whichever_blocks_held_only_nulls(monkeypatch):
+    # Lines whose field types differ from the rest are kept apart as object columns. One of them has only
+    # a null where another has a number: pandas' concat warned there (it will type such columns otherwise).
+    import warnings
+
+    from monitor import sources
+    from monitor.config import Limits
+
+    monkeypatch.setattr(sources, "_JSON_BLOCK_LINES", 1)  # a table per line, as a line of odd types makes
+    odd = {4: valid_row(4) | {"ts": -1, "latency_ms": None}, 7: valid_row(7) | {"tenure": "x", "latency_ms": 12.5}}
+    buf = b"".join(json.dumps(odd.get(k) or valid_row(k)).encode() + b"\n" for k in range(1, 11))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frame, rejects, n = sources.parse_jsonl(buf, 0, "f.jsonl", Limits())
+    assert n == 10 and not rejects and frame["_line"].tolist() == list(range(1, 11))
+    rows = frame.set_index("_line")
+    assert rows.at[4, "ts"] == -1 and rows.at[7, "tenure"] == "x" and rows.at[7, "latency_ms"] == 12.5
+    assert rows.at[4, "latency_ms"] is None or math.isnan(rows.at[4, "latency_ms"])
+
+
 def _chunked_jsonl(tmp_path) -> tuple[config_mod.Config, object, dict[int, Reason], list[int]]:
     """A JSON Lines file of some 30 small chunks with bad lines in several of them; returns the config, the file,
     the bad lines (1-based) with their reasons and the lines that hold rows."""
