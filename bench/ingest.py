@@ -238,7 +238,7 @@ def measure(rows: int, work: Path) -> dict:
     # over minutes, and a ratio of two measurements taken far apart would measure the drift.
     pajson.read_json(clean)  # warm-up, untimed: the first call in a process pays for setting pyarrow up
     pq.read_table(pfile)
-    bare_j, bare_p, ingest_j, ingest_p, cpu_j, cpu_p, scoring = [], [], [], [], [], [], []
+    bare_j, bare_p, ingest_j, ingest_p, cpu_j, cpu_p, cpu_bare_p, scoring = [], [], [], [], [], [], [], []
     for _ in range(RUNS):
         bare_j.append(timed(lambda: pajson.read_json(clean), 1))
         seconds, report = run_tick(jdir, work)
@@ -246,7 +246,9 @@ def measure(rows: int, work: Path) -> dict:
         ingest_j.append(seconds)
         cpu_j.append(report["cpu_seconds"])
         scoring.append(report["score_seconds"])
+        cpu = time.process_time()
         bare_p.append(timed(lambda: pq.read_table(pfile), 1))
+        cpu_bare_p.append(time.process_time() - cpu)
         seconds, report = run_tick(pdir, work)
         _check(report, rows, 0)
         ingest_p.append(seconds)
@@ -262,6 +264,7 @@ def measure(rows: int, work: Path) -> dict:
     out["jsonl_ratio"] = statistics.median((rows / t) / (clean_rows / b) for b, t in zip(bare_j, ingest_j, strict=True))
     out["parquet_ratio"] = statistics.median(b / t for b, t in zip(bare_p, ingest_p, strict=True))
     out["cpu_jsonl"], out["cpu_parquet"] = statistics.median(cpu_j), statistics.median(cpu_p)
+    out["cpu_bare_parquet"] = statistics.median(cpu_bare_p)
     out["runs"] = [(clean_rows / bj, rows / tj, rows / bp, rows / tp)
                    for bj, tj, bp, tp in zip(bare_j, ingest_j, bare_p, ingest_p, strict=True)]
     return out
@@ -377,6 +380,12 @@ def render(result: dict, mem: dict | None) -> list[str]:
     print(f"(not in the rates above: the tick's window scoring took {result['score_seconds']:.1f}s more, median)")
     print(f"ingest CPU time (all threads, median): JSONL {result['cpu_jsonl']:.2f}s, Parquet {result['cpu_parquet']:.2f}s "
           f"for {result['rows']:,} rows; ratio = median over runs of (tick rate / bare rate measured just before it)")
+    # What a rate target asks of this machine: at 2M rows/s its cores offer cores / 2M CPU-seconds per row,
+    # and only while every core is busy the whole time.
+    budget = (os.cpu_count() or 1) * result["rows"] / PARQUET_TARGET
+    print(f"Parquet CPU budget at {PARQUET_TARGET / 1e6:g}M rows/s on {os.cpu_count()} cores: {budget:.2f}s for "
+          f"{result['rows']:,} rows; tailwatch's ingest took {result['cpu_parquet']:.2f}s, the bare read_table "
+          f"alone {result['cpu_bare_parquet']:.2f}s (all threads, medians)")
     for k, (bj, tj, bp, tp) in enumerate(result["runs"], 1):
         print(f"  run {k}: JSONL {tj:,.0f} / {bj:,.0f} rows/s = {tj / bj:.2f}; Parquet {tp:,.0f} / {bp:,.0f} rows/s "
               f"= {tp / bp:.2f}")
