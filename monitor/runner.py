@@ -120,10 +120,10 @@ def _score(service: Service, store: Store, now: datetime, tick_id: int, report: 
     touched = None
     if report.first_ts is not None:
         touched = (datetime.fromisoformat(report.first_ts), datetime.fromisoformat(report.last_ts))
-    scored = []
-    for size in service.buckets.windows:
-        scored += score(store, service.name, profile, windows_for(now, size, touched),
-                        params=service.check_params(), baseline_kind=service.baseline)
+    # Every length's windows in one call: they share the stored buckets it reads and decodes.
+    windows = [w for size in service.buckets.windows for w in windows_for(now, size, touched)]
+    scored = score(store, service.name, profile, windows, params=service.check_params(),
+                   baseline_kind=service.baseline)
     report.findings = store_scored(store, service.name, scored, tick_id)
     report.breaches = [
         f"{s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m {s.model_version} "

@@ -7,7 +7,7 @@ fell into (late data re-scores). Work per tick is bounded by the windows it scor
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -72,18 +72,17 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     """Score each window per model version and segment against its baseline (`baseline_kind`, see
     baseline_ranges); `params`: check name -> thresholds (Service.check_params())."""
     out: list[Scored] = []
-    for start, end in windows:
-        ranges = baseline_ranges(start, end, baseline_kind)
-        with store.transaction() as session:
-            if baseline_kind == "trailing_24h":  # one read: the baseline runs into the window
-                rows = store.load_partials(session, service, start - BASELINE, end)
-            else:
-                rows = [r for a, b in [*ranges, (start, end)] for r in store.load_partials(session, service, a, b)]
+    held = _Held(store, service)
+    for start, end in sorted(windows):
+        if baseline_kind == "trailing_24h":  # one range: the baseline runs into the window
+            rows = held.between(start - BASELINE, end)
+        else:
+            rows = [r for a, b in [*baseline_ranges(start, end, baseline_kind), (start, end)] for r in _load(store, service, a, b)]
         window: dict[tuple[str, str], list[Partial]] = defaultdict(list)
         baseline: dict[tuple[str, str], list[Partial]] = defaultdict(list)
-        for row in rows:
-            target = window if row.bucket_start >= start else baseline
-            target[(row.model_version, row.segment)].append(Partial.from_bytes(row.payload))
+        for bucket_start, version, segment, partial in rows:
+            target = window if bucket_start >= start else baseline
+            target[(version, segment)].append(partial)
         for (version, segment), parts in sorted(window.items()):
             merged = merge_all(parts)
             history = baseline.get((version, segment), [])
@@ -104,6 +103,37 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 findings = [_with_segment(f, segment) for f in findings]
             out.append(Scored(start, end, version, segment, merged.rows, findings))
     return out
+
+
+_Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segment, the decoded partial
+
+
+def _load(store: Store, service: str, since: datetime, until: datetime) -> list[_Row]:
+    """The stored partials with bucket_start in [since, until), oldest first, decoded."""
+    with store.transaction() as session:
+        rows = store.load_partials(session, service, since, until)
+    return [(r.bucket_start, r.model_version, r.segment, Partial.from_bytes(r.payload)) for r in rows]
+
+
+class _Held:
+    """The stored partials of the windows of one score() call, read and decoded once. Windows come in
+    order of start, and a window's trailing day is nearly all of the next one's: each call reads only
+    the buckets not held yet and lets go of those before the baseline (at most a day and a window held)."""
+
+    def __init__(self, store: Store, service: str) -> None:
+        self.store, self.service = store, service
+        self.rows: deque[_Row] = deque()  # oldest first
+        self.until: datetime | None = None  # rows held for bucket starts up to here (exclusive)
+
+    def between(self, since: datetime, until: datetime) -> list[_Row]:
+        """The partials with bucket_start in [since, until); `since` must not go back between calls."""
+        while self.rows and self.rows[0][0] < since:
+            self.rows.popleft()
+        lo = since if self.until is None else max(since, self.until)
+        if until > lo:
+            self.rows.extend(_load(self.store, self.service, lo, until))
+            self.until = until
+        return [r for r in self.rows if r[0] < until]
 
 
 def history_profile(profile: Profile | None, base: Partial | None) -> Profile | None:

@@ -51,8 +51,8 @@ def run_scan(config: Config, service: Service, store: Store, dataset: str, now: 
     if result.partials:
         first = min(p.bucket_start for p in result.partials)
         last = max(p.bucket_start for p in result.partials) + service.buckets.size
-        for size in service.buckets.windows:
-            scored += score(store, service.name, profile, windows_between(first, last, size, now))
+        scored = score(store, service.name, profile,
+                       [w for size in service.buckets.windows for w in windows_between(first, last, size, now)])
     return ScanReport(result, scored, store_scored(store, service.name, scored, None))
 
 

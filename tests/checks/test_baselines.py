@@ -50,3 +50,36 @@ def test_a_busy_hour_is_slow_against_the_day_but_not_against_its_own_hour(store)
     assert trailing.status == "breach" and trailing.baseline < 15
     assert same_hour.status == "ok" and same_hour.baseline == pytest.approx(100, rel=0.05)
     assert same_hour.detail["baseline_n"] == 7 * 200
+
+
+def test_windows_scored_together_read_each_stored_bucket_once_and_score_as_alone(store, monkeypatch):
+    # A tick or a scan scores many windows whose trailing days overlap; each stored partial is decoded once
+    # for all of them, and each window scores as it does alone.
+    from monitor import windows as windows_mod
+    from monitor.partials import Partial
+
+    rng = np.random.default_rng(1)
+    first = START - 26 * HOUR
+    frames = [hour_of(first + h * HOUR, 10.0 + 5 * (h % 3), 60, rng) for h in range(30)]
+    frames.append(hour_of(START + 3 * DAY, 40.0, 60, rng))  # a window days later: nothing held is of use
+    frame = pd.concat(frames, ignore_index=True)
+    frame["model_version"] = np.where(np.arange(len(frame)) % 4 == 0, "v2", "v1")
+    frame["Contract"] = np.where(np.arange(len(frame)) % 3 == 0, "One year", "Month-to-month")
+    rows = fold(frame, timedelta(minutes=15), ["Contract"], timed=False)
+    with store.transaction() as session:
+        store.upsert_partials(session, "svc", rows, merge_bytes)
+    quarter = timedelta(minutes=15)
+    windows = [(START + k * quarter, START + (k + 1) * quarter) for k in range(12)]
+    windows += [(START + h * HOUR, START + (h + 1) * HOUR) for h in range(3)]
+    windows += [(START + 3 * DAY, START + 3 * DAY + HOUR)]
+    windows.reverse()  # in any order
+
+    decoded = []
+    real = Partial.from_bytes
+    monkeypatch.setattr(Partial, "from_bytes", staticmethod(lambda b: decoded.append(1) or real(b)))
+    together = score(store, "svc", None, windows)
+    lo, hi = START - windows_mod.BASELINE, START + 3 * HOUR
+    assert len(decoded) == sum(1 for r in rows if lo <= r.bucket_start < hi or r.bucket_start >= START + 3 * DAY)
+    alone = [s for w in sorted(windows) for s in score(store, "svc", None, [w])]
+    assert [s.start for s in together] == sorted(s.start for s in together)
+    assert len(together) == len(alone) > 16 and repr(together) == repr(alone)
