@@ -56,13 +56,13 @@ class Trailing(Partial):
     dispersion: dict[str, float] = field(default_factory=dict)
 
 
-def trailing(buckets: list[Partial], keys: tuple[str, ...]) -> Trailing | None:
+def trailing(buckets: list[Partial], keys: tuple[str, ...], merged: Partial | None = None) -> Trailing | None:
     """The merged baseline of `buckets` with the dispersion of each count key in `keys`, and of each
-    histogram (key `hist:<name>`); None if empty."""
+    histogram (key `hist:<name>`); None if empty. `merged`: their merge, when the caller has it."""
     from checks.stats import dispersion, table_dispersion
     from monitor.partials import merge_all
 
-    merged = merge_all(buckets)
+    merged = merge_all(buckets) if merged is None else merged
     if not merged.rows:
         return None
     spread = {key: dispersion([(b.counts[key], b.rows) for b in buckets]) for key in keys}

@@ -72,24 +72,25 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     """Score each window per model version and segment against its baseline (`baseline_kind`, see
     baseline_ranges); `params`: check name -> thresholds (Service.check_params())."""
     out: list[Scored] = []
-    held = _Held(store, service)
+    held, blocks = _Held(store, service), _Blocks()
     for start, end in sorted(windows):
+        ranges = baseline_ranges(start, end, baseline_kind)
         if baseline_kind == "trailing_24h":  # one range: the baseline runs into the window
             rows = held.between(start - BASELINE, end)
         else:
-            rows = [r for a, b in [*baseline_ranges(start, end, baseline_kind), (start, end)] for r in _load(store, service, a, b)]
-        window: dict[tuple[str, str], list[Partial]] = defaultdict(list)
-        baseline: dict[tuple[str, str], list[Partial]] = defaultdict(list)
-        for bucket_start, version, segment, partial in rows:
-            target = window if bucket_start >= start else baseline
-            target[(version, segment)].append(partial)
+            rows = [r for a, b in [*ranges, (start, end)] for r in _load(store, service, a, b)]
+        window: dict[tuple[str, str], list[_Row]] = defaultdict(list)
+        baseline: dict[tuple[str, str], list[_Row]] = defaultdict(list)
+        for row in rows:
+            target = window if row[0] >= start else baseline
+            target[(row[1], row[2])].append(row)
         for (version, segment), parts in sorted(window.items()):
-            merged = merge_all(parts)
+            merged = blocks.merge(parts, [(start, end)])
             history = baseline.get((version, segment), [])
-            if sum(p.rows for p in history) < merged.rows:
+            if sum(r[3].rows for r in history) < merged.rows:
                 # A version too new to have its own history is compared with what the service did before it.
-                history = [p for (v, seg), ps in baseline.items() if seg == segment for p in ps]
-            base = trailing(history, tuple(RATES.values()))
+                history = [r for (v, seg), rs in baseline.items() if seg == segment for r in rs]
+            base = trailing([r[3] for r in history], tuple(RATES.values()), blocks.merge(history, ranges))
             if segment == ALL:
                 findings = evaluate(merged, profile, base, params)
             else:
@@ -134,6 +135,39 @@ class _Held:
             self.rows.extend(_load(self.store, self.service, lo, until))
             self.until = until
         return [r for r in self.rows if r[0] < until]
+
+
+BLOCK = timedelta(hours=1)
+
+
+class _Blocks:
+    """Merges of each version and segment's buckets per hour (BLOCK), made once per score() call: the
+    windows scored together merge nearly the same hours of baseline, and a day's window its 24 hours."""
+
+    def __init__(self) -> None:
+        self.merged: dict[tuple[str, str, datetime], Partial] = {}
+
+    def merge(self, rows: list[_Row], ranges: list[tuple[datetime, datetime]]) -> Partial:
+        """merge_all of `rows` (every stored bucket of their versions and segments in `ranges`, in load
+        order), an hour at a time where an hour lies whole in a range. The hours are merged in the same
+        order whichever windows are scored together, so a window scores the same alone."""
+        pieces: list[Partial] = []
+        i = 0
+        while i < len(rows):
+            hour = floor_to(rows[i][0], BLOCK)
+            version, segment = rows[i][1], rows[i][2]
+            j = i + 1
+            while j < len(rows) and rows[j][1:3] == (version, segment) and floor_to(rows[j][0], BLOCK) == hour:
+                j += 1
+            if j - i > 1 and any(a <= hour and hour + BLOCK <= b for a, b in ranges):
+                key = (version, segment, hour)
+                if key not in self.merged:
+                    self.merged[key] = merge_all(r[3] for r in rows[i:j])
+                pieces.append(self.merged[key])
+            else:
+                pieces.extend(r[3] for r in rows[i:j])
+            i = j
+        return merge_all(pieces)
 
 
 def history_profile(profile: Profile | None, base: Partial | None) -> Profile | None:

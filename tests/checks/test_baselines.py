@@ -83,3 +83,26 @@ def test_windows_scored_together_read_each_stored_bucket_once_and_score_as_alone
     alone = [s for w in sorted(windows) for s in score(store, "svc", None, [w])]
     assert [s.start for s in together] == sorted(s.start for s in together)
     assert len(together) == len(alone) > 16 and repr(together) == repr(alone)
+
+
+def test_hour_blocks_merge_as_the_buckets_do():
+    # A baseline is merged an hour at a time where an hour lies whole in its range: counts, histograms,
+    # sketch bins, min and max as the buckets' own merge; sums to the last bits.
+    from monitor.partials import Partial, merge_all
+    from monitor.windows import _Blocks
+
+    rng = np.random.default_rng(2)
+    frame = pd.concat([hour_of(START - h * HOUR, 10.0 + h, 40, rng) for h in range(6, 0, -1)], ignore_index=True)
+    rows = sorted(fold(frame, timedelta(minutes=5), [], timed=False), key=lambda r: r.bucket_start)
+    held = [(r.bucket_start, r.model_version, r.segment, Partial.from_bytes(r.payload)) for r in rows]
+    lo, hi = START - 5 * HOUR - timedelta(minutes=30), START  # half an hour, then 5 whole hours
+    inside = [r for r in held if lo <= r[0] < hi]
+    blocks = _Blocks()
+    got, want = blocks.merge(inside, [(lo, hi)]), merge_all(r[3] for r in inside)
+    assert len(blocks.merged) == 5 and blocks.merge(inside, [(lo, hi)]) == got  # the cached hours again
+    assert got.counts == want.counts and got.hists == want.hists and got.sketches.keys() == want.sketches.keys()
+    for name, sk in want.sketches.items():
+        mine = got.sketches[name]
+        assert (mine.pos, mine.neg, mine.zero, mine.count, mine.min, mine.max) == (
+            sk.pos, sk.neg, sk.zero, sk.count, sk.min, sk.max)
+        assert mine.sum == pytest.approx(sk.sum, rel=1e-12) and mine.sumsq == pytest.approx(sk.sumsq, rel=1e-12)
