@@ -75,6 +75,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     held, blocks = _Held(store, service), _Blocks()
     for start, end in sorted(windows):
         ranges = baseline_ranges(start, end, baseline_kind)
+        blocks.forget(ranges[0][0])  # windows come in order of start: no later one reaches back past this
         if baseline_kind == "trailing_24h":  # one range: the baseline runs into the window
             rows = held.between(start - BASELINE, end)
         else:
@@ -146,6 +147,11 @@ class _Blocks:
 
     def __init__(self) -> None:
         self.merged: dict[tuple[str, str, datetime], Partial] = {}
+
+    def forget(self, before: datetime) -> None:
+        """Let go of the hours before `before` (a long scan would otherwise hold every hour it scored)."""
+        if any(hour < before for _, _, hour in self.merged):
+            self.merged = {k: v for k, v in self.merged.items() if k[2] >= before}
 
     def merge(self, rows: list[_Row], ranges: list[tuple[datetime, datetime]]) -> Partial:
         """merge_all of `rows` (every stored bucket of their versions and segments in `ranges`, in load

@@ -100,6 +100,8 @@ def test_hour_blocks_merge_as_the_buckets_do():
     blocks = _Blocks()
     got, want = blocks.merge(inside, [(lo, hi)]), merge_all(r[3] for r in inside)
     assert len(blocks.merged) == 5 and blocks.merge(inside, [(lo, hi)]) == got  # the cached hours again
+    blocks.forget(START - 2 * HOUR)
+    assert sorted(k[2] for k in blocks.merged) == [START - 2 * HOUR, START - HOUR]
     assert got.counts == want.counts and got.hists == want.hists and got.sketches.keys() == want.sketches.keys()
     for name, sk in want.sketches.items():
         mine = got.sketches[name]
