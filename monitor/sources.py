@@ -654,9 +654,15 @@ def _to_frame(tables: list[pa.Table], max_chars: int) -> pd.DataFrame:
         return _flag_oversize(pa.concat_tables(tables, promote_options="permissive"), max_chars).to_pandas()
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         # Blocks disagree on a column's type (number here, string there): object columns; validation sorts it
-        # out. Made object before the concat, so no column's type depends on which blocks held only nulls.
+        # out. Made object before the concat, so that no column's type depends on which blocks held only
+        # nulls; a column every block holds in one type keeps it.
         frames = [_flag_oversize(t, max_chars).to_pandas() for t in tables]
-        return pd.concat([f.astype({c: object for c in f.columns if c != LINE}) for f in frames], ignore_index=True)
+        types: dict[str, set] = {}
+        for f in frames:
+            for c in f.columns:
+                types.setdefault(c, set()).add(f[c].dtype)
+        mixed = {c for c, seen in types.items() if c != LINE and (len(seen) > 1 or any(c not in f for f in frames))}
+        return pd.concat([f.astype({c: object for c in f.columns if c in mixed}) for f in frames], ignore_index=True)
 
 
 def _combine(tables: list[pa.Table], max_chars: int) -> tuple[pa.Table | None, pd.DataFrame]:
