@@ -70,7 +70,8 @@ def baseline_ranges(start: datetime, end: datetime, kind: str = "trailing_24h") 
 def score(store: Store, service: str, profile: Profile | None, windows: list[tuple[datetime, datetime]],
           params=None, baseline_kind: str = "trailing_24h") -> list[Scored]:
     """Score each window per model version and segment against its baseline (`baseline_kind`, see
-    baseline_ranges); `params`: check name -> thresholds (Service.check_params())."""
+    baseline_ranges); `params`: check name -> thresholds (Service.check_params()). The windows are scored,
+    and returned, in order of start (they share what they read)."""
     out: list[Scored] = []
     held, blocks = _Held(store, service), _Blocks()
     for start, end in sorted(windows):
