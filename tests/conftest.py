@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -23,6 +24,10 @@ pytest_plugins = ["reliability_summary"]
 # command's output at that width. Tests that read wide output set COLUMNS per command instead.
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
+
+# No property test has timing as its subject: a busy machine must not fail one for a slow example.
+settings.register_profile("tailwatch", deadline=None)
+settings.load_profile("tailwatch")
 
 PG_URL = os.environ.get("TAILWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

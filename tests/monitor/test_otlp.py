@@ -287,7 +287,7 @@ def check_invariants(data: bytes):
     return len(frame), len(rejects)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400))
 def test_random_bytes_never_raise(data):
     accepted, rejected = check_invariants(data)
@@ -333,14 +333,14 @@ def mutated_documents(draw):
     return d
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_documents())
 def test_mutated_documents_account_for_every_span(d):
     accepted, rejected = check_invariants(encode(d))
     assert accepted + rejected >= min(spans_in(d), 1)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_byte_mutations_of_a_valid_document(data):
     raw = bytearray(encode(realistic()))
