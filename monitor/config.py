@@ -26,6 +26,8 @@ from pydantic import (
 )
 from sqlalchemy.engine import make_url
 
+from monitor.classes import class_name
+
 DEFAULT_PATH = "tailwatch.yaml"
 ENV_CONFIG = "TAILWATCH_CONFIG"
 
@@ -164,6 +166,33 @@ class Schema(_Model):
     score_columns: dict[str, str] = Field(default_factory=dict)
     signals: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _class_names(cls, raw: Any) -> Any:
+        """Classes, the positive class and score_columns' keys named as labels and predictions are
+        (monitor.classes); a class whose name differs from how it is written keeps its score column
+        `score_<as written>`."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("classes", []), list):
+            return raw
+        written = raw.get("classes", [])
+        classes = [class_name(c) for c in written]
+        if None in classes:
+            raise ValueError(f"classes: an empty class name in {written}")
+        if len(set(classes)) < len(classes):
+            raise ValueError(f"classes: {written} name the same class twice (1, 1.0, \"1\" and true/True "
+                             "are one class each)")
+        raw = dict(raw, classes=classes)
+        scores = raw.get("score_columns", {})
+        if isinstance(scores, dict):
+            scores = {class_name(k, classes): v for k, v in scores.items()}
+            for text, name in zip(written, classes, strict=True):
+                if isinstance(text, str) and text != name:
+                    scores.setdefault(name, f"score_{text}")
+            raw["score_columns"] = scores
+        if raw.get("positive_class") is not None:
+            raw["positive_class"] = class_name(raw["positive_class"], classes)
+        return raw
+
     @model_validator(mode="after")
     def _consistent(self) -> Schema:
         if self.positive_class is not None and self.positive_class not in self.classes:
@@ -238,6 +267,12 @@ class QualityRule(_Model):
     group: str = "all"  # a group name, `all`, or `*` (every group: "each key group stays above its floor")
     max_drop: float | None = Field(None, ge=0)
     min: float | None = None
+
+    @field_validator("class_", mode="before")
+    @classmethod
+    def _class_name(cls, value: Any) -> Any:
+        name = class_name(value)
+        return value if name is None else name
 
     @model_validator(mode="after")
     def _one_tolerance(self) -> QualityRule:
@@ -397,6 +432,15 @@ class Service(_Model):
             raise ValueError(f"quality.length_buckets: {bad} are not text features ({texts})")
         if self.sources.labels is None:
             raise ValueError("quality needs sources.labels")
+        classes = self.schema_.classes
+        if classes:
+            rules = [r if class_name(r.class_, classes) == r.class_ else r.model_copy(
+                update={"class_": class_name(r.class_, classes)}) for r in self.quality.rules]
+            unknown = sorted({r.class_ for r in rules} - set(classes) - {"macro", "weighted", "all"})
+            if unknown:
+                raise ValueError(f"quality.rules: classes {unknown} are not among schema.classes {classes}")
+            if rules != self.quality.rules:
+                return self.model_copy(update={"quality": self.quality.model_copy(update={"rules": rules})})
         return self
 
 
