@@ -34,6 +34,7 @@ from checks.quality import (
     score_classes,
     seed_of,
 )
+from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
 from monitor.labels import ALL_GROUP, attr_frame, groups
 from monitor.windows import floor_to
@@ -105,7 +106,16 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=cols)
 
 
+def _named(frame: pd.DataFrame, service: Service) -> pd.DataFrame:
+    """`label` and `prediction` as class names (rows stored under an older spelling name the same class)."""
+    for column in ("label", "prediction"):
+        if column in frame:
+            frame[column] = class_names(frame[column], service.schema_.classes)
+    return frame
+
+
 def _classes(service: Service, frame: pd.DataFrame) -> tuple[str, ...]:
+    """The declared classes, else every class name the labels and predictions hold (sorted)."""
     if service.schema_.classes:
         return tuple(service.schema_.classes)
     seen = set(frame["label"].dropna()) | set(frame["prediction"].dropna())
@@ -114,6 +124,11 @@ def _classes(service: Service, frame: pd.DataFrame) -> tuple[str, ...]:
 
 def _proba(scores: pd.Series, classes: tuple[str, ...], calibrators: dict[str, object]) -> np.ndarray:
     """Rows x classes probabilities from the stored score dicts, calibrated on the reference when it can be."""
+    keys = set().union(*(s.keys() for s in scores if isinstance(s, dict)))
+    renamed = {k: class_name(k, classes) for k in keys}
+    if any(k != name for k, name in renamed.items()):  # keys stored under an older spelling of a class
+        scores = pd.Series([{renamed[k]: v for k, v in s.items()} if isinstance(s, dict) else s for s in scores],
+                           index=scores.index, dtype=object)
     present = [c for c in classes if any(isinstance(s, dict) and c in s for s in scores)]
     raw = np.array([[s.get(c, np.nan) if isinstance(s, dict) else np.nan for c in present] for s in scores],
                    dtype=float).reshape(len(scores), len(present))
@@ -135,7 +150,7 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     assert q is not None
     if not rows:
         return []
-    frame = _frame(rows)
+    frame = _named(_frame(rows), service)
     classes = _classes(service, frame)
     if not classes:  # no declared classes and neither labels nor predictions name one: nothing to score
         return []
@@ -280,8 +295,10 @@ def _reference(path: str, service: Service) -> Reference:
     if "label" not in frame:
         return Reference({}, {})
     schema, q = service.schema_, service.quality
-    classes = tuple(schema.classes) or tuple(sorted(frame["label"].dropna().astype(str).unique()))
-    y = frame["label"].astype(object).where(frame["label"].notna(), "").astype(str).to_numpy(dtype=object)
+    frame = _named(frame, service)
+    classes = _classes(service, frame) if "prediction" in frame else \
+        tuple(schema.classes) or tuple(sorted(frame["label"].dropna().unique()))
+    y = frame["label"].where(frame["label"].notna(), "").to_numpy(dtype=object)
     calibrators = {}
     for c in score_classes(classes, schema.positive_class):
         col = schema.score_column(c)
@@ -296,7 +313,7 @@ def _reference(path: str, service: Service) -> Reference:
         raw = frame[[schema.score_column(c) for c in present]].to_numpy(float) if present else np.zeros((len(frame), 0))
         proba = probabilities(raw, classes, [classes.index(c) for c in present]) if present \
             else np.full((len(frame), len(classes)), np.nan)
-        pred = frame["prediction"].astype(object).where(frame["prediction"].notna(), MISS).to_numpy(dtype=object)
+        pred = frame["prediction"].where(frame["prediction"].notna(), MISS).to_numpy(dtype=object)
         known = np.isin(y, classes)
         for group, mask in groups(attr_frame(frame, service), service).items():
             sel = known & mask
