@@ -175,21 +175,24 @@ class Schema(_Model):
         if not isinstance(raw, dict) or not isinstance(raw.get("classes", []), list):
             return raw
         written = raw.get("classes", [])
-        classes = [class_name(c) for c in written]
-        if None in classes:
-            raise ValueError(f"classes: an empty class name in {written}")
+        # Only scalars are named; anything else is left for the field's own type error.
+        classes = [class_name(c) if isinstance(c, str | int | float) else c for c in written]
+        if any(c is None for c in classes):
+            raise ValueError(f"classes: an empty or missing class name in {written}")
+        if not all(isinstance(c, str) for c in classes):
+            return raw
         if len(set(classes)) < len(classes):
             raise ValueError(f"classes: {written} name the same class twice (1, 1.0, \"1\" and true/True "
                              "are one class each)")
         raw = dict(raw, classes=classes)
         scores = raw.get("score_columns", {})
         if isinstance(scores, dict):
-            scores = {class_name(k, classes): v for k, v in scores.items()}
+            scores = {class_name(k, classes) if isinstance(k, str | int | float) else k: v for k, v in scores.items()}
             for text, name in zip(written, classes, strict=True):
-                if isinstance(text, str) and text != name:
-                    scores.setdefault(name, f"score_{text}")
+                if isinstance(text, str) and text.strip() != name:
+                    scores.setdefault(name, f"score_{text.strip()}")
             raw["score_columns"] = scores
-        if raw.get("positive_class") is not None:
+        if isinstance(raw.get("positive_class"), str | int | float):
             raw["positive_class"] = class_name(raw["positive_class"], classes)
         return raw
 
@@ -271,7 +274,7 @@ class QualityRule(_Model):
     @field_validator("class_", mode="before")
     @classmethod
     def _class_name(cls, value: Any) -> Any:
-        name = class_name(value)
+        name = class_name(value) if isinstance(value, str | int | float) else None
         return value if name is None else name
 
     @model_validator(mode="after")
