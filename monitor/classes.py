@@ -107,6 +107,11 @@ def _series(s: pd.Series, classes: frozenset[str]) -> pd.Series:
             except TypeError:  # unhashable (a list): named as text
                 out[i] = class_name(v, classes)
     else:
+        if s.dtype == object:
+            # Usually every value is already its own name: one pass to find the distinct values, none to copy.
+            distinct = pd.unique(s)
+            if all(isinstance(u, str) and class_name(u, classes) == u for u in distinct):
+                return s
         codes, uniques = pd.factorize(s)
         names = np.array([class_name(u, classes) for u in uniques] + [None], dtype=object)
         out = names[codes]
@@ -117,21 +122,23 @@ def _arrow(values: pa.ChunkedArray | pa.Array, classes: frozenset[str]) -> pa.Ch
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     is_dict = pa.types.is_dictionary(values.type)
     value_type = values.type.value_type if is_dict else values.type
+    if pa.types.is_string(value_type) or pa.types.is_large_string(value_type):
+        # Usually every text is already its own name: look at the distinct texts only, copy nothing.
+        distinct = [c.dictionary for c in chunks] if is_dict else [pc.unique(values)]
+        if all(class_name(v, classes) == v for d in distinct for v in d.to_pylist() if v is not None):
+            return values
     try:
         encoded = [c if is_dict else pc.dictionary_encode(c) for c in chunks]
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a type Arrow cannot hash: name through pandas
         named = _series(values.to_pandas(), classes)
         return pa.chunked_array([pa.array(named, pa.string())]) if isinstance(values, pa.ChunkedArray) \
             else pa.array(named, pa.string())
-    out, same = [], pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+    out = []
     for chunk in encoded:
         distinct = chunk.dictionary.to_pylist()
         names = [class_name(v, classes) for v in distinct]
-        same = same and names == distinct
         taken = pc.take(pa.array(names, pa.string()), chunk.indices)
         out.append(pc.dictionary_encode(taken) if is_dict else taken)
-    if same:
-        return values
     if isinstance(values, pa.ChunkedArray):
         return pa.chunked_array(out, type=out[0].type) if out else pa.chunked_array([], pa.string())
     return out[0]
