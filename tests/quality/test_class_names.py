@@ -145,8 +145,14 @@ def test_reference_quality_matches_serving_classes_whatever_their_spelling(
         assert result.status == "ok", result.error
         assert not result.quarantined
         windows = score_service(cfg, service, store, now, windows=[(T0, T0 + timedelta(hours=1))])
+        with store.transaction() as session:
+            drift = [f for f in store.load_findings(session, "svc", check="prediction_drift")
+                     if f["labels"] == {"output": "prediction"} and f["window_end"] - f["window_start"] == timedelta(hours=1)]
     finally:
         store.dispose()
+    # Serving predictions fall in the reference's classes: the predicted class balance barely moved
+    # (a name that matched no reference class would put every prediction in the `other` bin).
+    assert drift and all(f["value"] < 0.1 for f in drift), [(f["value"], f["status"]) for f in drift]
     findings = [f for w in windows for f in w.findings]
     quality = {(f.labels["metric"], f.labels["class"]): f for f in findings
                if f.check == "quality" and f.labels["group"] == "all"}
