@@ -3,6 +3,7 @@ the config names its classes the same way."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,10 @@ from hypothesis import strategies as st
 
 from monitor import config as config_mod
 from monitor.classes import class_name, class_names
-from monitor.config import ConfigError, Schema
+from monitor.config import ConfigError, Limits, Schema
+from monitor.contract import RecordKind
+from monitor.sources import LINE
+from monitor.validate import validate
 
 # -- the function ------------------------------------------------------------------------------------
 
@@ -103,3 +107,24 @@ def _raw(root: Path, classes: list, rules: list) -> dict:
         "sources": {"predictions": {"kind": "files", "path": str(root / "predictions")},
                     "labels": {"kind": "files", "path": str(root / "labels")}},
         "quality": {"rules": rules}}]}
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+def test_validate_names_labels_and_predictions(arrow: bool) -> None:
+    now = datetime(2026, 11, 2, tzinfo=UTC)
+    schema = Schema(classes=["0", "1"])
+    labels = pd.DataFrame({"request_id": ["a", "b", "c", "d"], "label": [" 1.0", "0", "", None], LINE: [1, 2, 3, 4]})
+    preds = pd.DataFrame({"request_id": ["a", "b", "c"], "ts": ["2026-11-01T00:00:00Z"] * 3, "model_version": "v1",
+                          "status": "ok", "prediction": [True, False, None], LINE: [1, 2, 3]})
+    as_input = (lambda f: pa.Table.from_pandas(f, preserve_index=False)) if arrow else (lambda f: f)
+    accepted, rejects = validate(RecordKind.labels, as_input(labels), "l", schema, Limits(), now)
+    assert accepted["label"].tolist() == ["1", "0"]
+    assert [(r.position, r.reason.value) for r in rejects] == [("l:3", "missing_field"), ("l:4", "missing_field")]
+    accepted, rejects = validate(RecordKind.predictions, as_input(preds), "p", schema, Limits(), now)
+    assert not rejects and [None if pd.isna(v) else v for v in accepted["prediction"]] == ["1", "0", None]
+
+
+def test_a_label_that_is_a_list_is_wrong_type() -> None:
+    frame = pd.DataFrame({"request_id": ["a", "b"], "label": pd.Series([[1], True], dtype=object), LINE: [1, 2]})
+    accepted, rejects = validate(RecordKind.labels, frame, "l", Schema(), Limits(), datetime(2026, 11, 2, tzinfo=UTC))
+    assert accepted["label"].tolist() == ["true"] and [r.reason.value for r in rejects] == ["wrong_type"]
