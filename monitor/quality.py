@@ -296,8 +296,7 @@ def _reference(path: str, service: Service) -> Reference:
         return Reference({}, {})
     schema, q = service.schema_, service.quality
     frame = _named(frame, service)
-    classes = _classes(service, frame) if "prediction" in frame else \
-        tuple(schema.classes) or tuple(sorted(frame["label"].dropna().unique()))
+    classes = tuple(schema.classes) or tuple(sorted(frame["label"].dropna().unique()))
     y = frame["label"].where(frame["label"].notna(), "").to_numpy(dtype=object)
     calibrators = {}
     for c in score_classes(classes, schema.positive_class):
