@@ -148,8 +148,10 @@ def db_upgrade() -> None:
     """Apply the schema migrations to the configured database."""
     cfg = load_config()
     store = open_store(cfg, check_schema=False)
-    store.upgrade()
+    notes = store.upgrade(sql_role=cfg.storage.query_sql.role)
     out.print(f"database at revision {store.current_revision()} (head {store.head_revision()})")
+    for note in notes:
+        err.print(f"[yellow]warning:[/] {note}", highlight=False)
 
 
 @db_app.command("current")
