@@ -15,7 +15,7 @@ from test_after_tick import at, write_window
 from test_alerts_cli import tw
 
 from monitor.alerts import after_tick
-from monitor.notify import drain, undeliverable
+from monitor.notify import drain
 from storage.models import Outbox
 
 
@@ -26,6 +26,8 @@ def slack_with(fake, secret: dict) -> dict:
 
 @pytest.mark.parametrize("case", ["env unset", "env empty", "file missing", "file unreadable", "file empty"])
 def test_a_missing_or_unreadable_secret_is_named_never_shown(tmp_path, fake_slack, monkeypatch, case):
+    from monitor.notify import undeliverable
+
     secret_file = tmp_path / "secrets" / "slack-token"
     secret_file.parent.mkdir()
     if case == "file unreadable":
