@@ -238,7 +238,8 @@ def texts(message: dict) -> list[str]:
     return out
 
 
-def test_hostile_values_reach_slack_escaped(open_store, tmp_path, fake_slack):
+@pytest.mark.reliability
+def test_hostile_values_reach_slack_escaped(open_store, tmp_path, fake_slack, record_property):
     """model_version, service, stage, field, class, group, segment and summary (and a config's explain
     command) hold a mention, a link and a user mention: Slack receives them escaped in the post's text,
     header, sections and fields, in the update and in the thread reply; tailwatch's own bold and code stay."""
@@ -282,3 +283,6 @@ def test_hostile_values_reach_slack_escaped(open_store, tmp_path, fake_slack):
     mrkdwn = [o for b in post["blocks"] for o in ([b["text"]] if "text" in b else []) + b.get("fields", [])
               + b.get("elements", []) if o["type"] == "mrkdwn"]
     assert mrkdwn and all(o.get("verbatim") is True for o in mrkdwn)  # no auto-linking of plain text
+    # model_version, service, stage, field, class, group, segment, summary and the explain command.
+    record_property("rel_inputs", 9)
+    record_property("rel_faults", len(shown))
