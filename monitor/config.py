@@ -447,9 +447,21 @@ class Service(_Model):
         return self
 
 
+class QuerySql(_Model):
+    """How `tailwatch query sql` reaches the store. On PostgreSQL it connects as `role`, a role with SELECT
+    on tailwatch's tables and nothing else (`tailwatch db upgrade` creates it and grants that; see
+    docs/operations.md), and refuses a superuser or a role that can run server functions. `timeout`
+    bounds one statement on either backend."""
+
+    role: str = Field("tailwatch_reader", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    password: Secret | None = None  # the role's password, when the server asks for one
+    timeout: Duration = Field(timedelta(seconds=30), gt=timedelta(0))
+
+
 class Storage(_Model):
     url: str = Field("sqlite:///tailwatch.db", validate_default=True)
     password: Secret | None = None
+    query_sql: QuerySql = Field(default_factory=QuerySql)
 
     @field_validator("url")
     @classmethod
@@ -682,7 +694,7 @@ class Config(_Model):
         return value
 
     def warnings(self) -> list[str]:
-        secrets = [self.storage.password] + [
+        secrets = [self.storage.password, self.storage.query_sql.password] + [
             src.password for svc in self.services for src in svc.sources.__dict__.values() if isinstance(src, SqlSource)
         ]
         # --- reliability and security (issue 9): Slack and redacted secrets are checked too ---
