@@ -262,7 +262,8 @@ def expression_columns(expression: str) -> set[str]:
 
 class QualityRule(_Model):
     """One acceptance rule: `metric` of `class` in `group` drops by at most `max_drop` from its baseline,
-    or stays at or above `min`; it breaches only when the whole 95% interval is past the tolerance."""
+    or stays at or above `min`; it breaches only when the drop is past the tolerance beyond the uncertainty
+    of both the window's figure and its baseline's (see docs/quality.md)."""
 
     name: str | None = None
     metric: Literal["precision", "recall", "f1", "accuracy", "roc_auc", "pr_auc"]
@@ -297,6 +298,10 @@ class Quality(_Model):
     accepted_version: str | None = None  # baseline of acceptance rules when it scored the same window
     failed_as_miss: bool = False  # labelled failed / timed-out / rejected requests count as wrong predictions
     rules: list[QualityRule] = Field(default_factory=list)
+    # False discovery rate of acceptance breaches per `fdr_period` of each window length: a window's decisions
+    # (versions x rules x classes x groups) are Benjamini-Hochberg adjusted at fdr_q x window / fdr_period.
+    fdr_q: float = Field(0.05, gt=0, lt=1)
+    fdr_period: Duration = timedelta(days=1)
     bootstrap_samples: int = Field(200, ge=20, le=5000)
     seed: int = 0
     calibration_bins: int = Field(10, ge=2, le=100)
@@ -311,6 +316,13 @@ class Quality(_Model):
             if name in ("all", "*") or "=" in name:
                 raise ValueError(f"group name {name!r} is reserved (all, *, or a segment's `column=value`)")
             expression_columns(expression)
+        return value
+
+    @field_validator("fdr_period")
+    @classmethod
+    def _period(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("fdr_period must be positive")
         return value
 
     @field_validator("length_buckets")
