@@ -72,7 +72,7 @@ def _tables(store):
 
 def test_backfill_stores_what_live_ticks_stored_and_the_daemon_goes_on_exactly_once(tmp_path, feed, live):
     _, cfg, store = _setup(tmp_path, feed, everything=True)
-    result = backfill.run(cfg, store, SINCE, UNTIL)
+    result = backfill.run(cfg, store, SINCE, UNTIL, step=STEP)
     assert result.done and result.steps == 8
     assert _tables(store) == live[0] and live[0][0] and live[0][1]
     assert not (tmp_path / "tw.db.backfill").exists()  # staging removed after the handover
@@ -83,11 +83,11 @@ def test_backfill_stores_what_live_ticks_stored_and_the_daemon_goes_on_exactly_o
 
 def test_backfill_resumes_after_a_step_limit(tmp_path, feed, live):
     _, cfg, store = _setup(tmp_path, feed, everything=True)
-    first = backfill.run(cfg, store, SINCE, UNTIL, max_steps=3)
+    first = backfill.run(cfg, store, SINCE, UNTIL, step=STEP, max_steps=3)
     assert not first.done and first.reached == SINCE + 3 * STEP
     with pytest.raises(backfill.BackfillError, match="rerun it with those arguments"):
-        backfill.run(cfg, store, SINCE, UNTIL + STEP)
-    second = backfill.run(cfg, store, SINCE, UNTIL)
+        backfill.run(cfg, store, SINCE, UNTIL + STEP, step=STEP)
+    second = backfill.run(cfg, store, SINCE, UNTIL, step=STEP)
     assert second.done and second.resumed_from == first.reached and second.steps == 5
     assert _tables(store) == live[0]
 
@@ -95,7 +95,7 @@ def test_backfill_resumes_after_a_step_limit(tmp_path, feed, live):
 @pytest.mark.reliability
 def test_backfill_killed_mid_step_resumes_to_the_same_tables(tmp_path, feed, live):
     cfg_path, cfg, store = _setup(tmp_path, feed, everything=True)
-    proc = tailwatch(cfg_path, "backfill", "--since", SINCE.isoformat(), "--until", UNTIL.isoformat())
+    proc = tailwatch(cfg_path, "backfill", "--since", SINCE.isoformat(), "--until", UNTIL.isoformat(), "--step", "5m")
     try:
         def reached():
             with store.transaction() as session:
@@ -108,7 +108,7 @@ def test_backfill_killed_mid_step_resumes_to_the_same_tables(tmp_path, feed, liv
         proc.send_signal(signal.SIGKILL)
     finally:
         stop(proc)
-    result = backfill.run(cfg, store, SINCE, UNTIL)
+    result = backfill.run(cfg, store, SINCE, UNTIL, step=STEP)
     assert result.done and result.resumed_from is not None and result.resumed_from < UNTIL
     assert _tables(store) == live[0]
     jobs.tick_job(cfg, store, LATER)
