@@ -597,7 +597,8 @@ class Store:
             batch[key] = row  # within one call, the last write of a key wins
         if not batch:
             return
-        starts = [k[3] for k in batch]
+        # The windows written, not the span between them: a tick writing an hour and its day would read
+        # every finding of the day's other hours.
         stored = session.execute(
             select(
                 FindingRow.id, FindingRow.service, FindingRow.check, FindingRow.model_version,
@@ -605,8 +606,7 @@ class Store:
             ).where(
                 FindingRow.service.in_({k[0] for k in batch}),
                 FindingRow.check.in_({k[1] for k in batch}),
-                FindingRow.window_start >= min(starts),
-                FindingRow.window_start <= max(starts),
+                FindingRow.window_start.in_({k[3] for k in batch}),
             )
         ).all()
         ids = {(r[1], r[2], r[3], utc(r[4]), utc(r[5]), r[6]): r[0] for r in stored}
