@@ -290,3 +290,23 @@ def test_backfill_joins_timings_without_start_ts_to_their_predictions(tmp_path, 
     # So every bucket knows its stages' durations.
     stages = {key for p in partial_table(store).values() for key in p[3] if "model" in key}
     assert stages, "no stage sketch stored"
+
+
+def test_files_that_cannot_be_cut_appear_whole_at_the_latest_time_they_hold(tmp_path, labelled_feed):
+    import gzip
+
+    _, cfg, store = _labelled_setup(tmp_path)
+    preds, timings, labels, parquet = labelled_feed
+    with gzip.open(tmp_path / "logs" / "predictions" / "predictions.jsonl.gz", "wb") as fh:
+        fh.writelines(line for _, line in preds[:50])
+    with gzip.open(tmp_path / "logs" / "timings" / "timings.jsonl.gz", "wb") as fh:
+        fh.writelines(line for _, line in timings[:100])  # no start_ts: their predictions' times
+    _write_parquet(tmp_path, parquet)
+    plan = {f.real.name: f for f in backfill._plan(cfg, tmp_path / "staging", store)}
+    last_prediction = max(at for at, _ in preds[:50])
+    for name, latest in (("predictions.jsonl.gz", last_prediction), ("timings.jsonl.gz", last_prediction),
+                         ("labels-batch.parquet", parquet[0])):
+        f = plan[name]
+        size = f.real.stat().st_size
+        assert f.cut(latest - timedelta(milliseconds=1)) == 0, name
+        assert f.cut(latest) == size, name
