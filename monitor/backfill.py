@@ -354,10 +354,18 @@ def _normalized(frame: pd.DataFrame, field: str) -> pd.DataFrame:
     ids = frame["request_id"] if "request_id" in frame else pd.Series(None, index=frame.index, dtype=object)
     return pd.DataFrame({
         "line": frame[LINE].to_numpy(np.int64) - 1,
-        "request_id": ids.astype(object).where(ids.notna(), None).map(_text, na_action="ignore"),
+        "request_id": _request_ids(ids),
         "time": _to_times(frame[field]) if field in frame else pd.Series(pd.NaT, index=frame.index,
                                                                            dtype="datetime64[ns, UTC]"),
     }).reset_index(drop=True)
+
+
+def _request_ids(ids: pd.Series) -> pd.Series:
+    """Request ids as text (None where missing); a column of text is kept as it is."""
+    ids = ids.astype(object).where(ids.notna(), None)
+    if pd.api.types.infer_dtype(ids, skipna=True) in ("string", "empty"):
+        return ids
+    return ids.map(_text, na_action="ignore")
 
 
 def _text(value) -> str:
