@@ -1,30 +1,39 @@
-"""`tailwatch backfill --since --until`: replay the history in the configured file sources as live ticks
-would have seen it, with a clock stepping by `daemon.interval`.
+"""`tailwatch backfill --since --until [--step]`: replay the history in the configured file sources as live
+ticks would have seen it, with a clock stepping by `--step` (default: the smallest configured window).
 
 Each source file is rebuilt in a staging directory as it grew: at clock t a line is there when it and every
-line before it in its file were written by t (their event time: `ts`, or `start_ts` for timings). Each step
-appends what became visible and runs the same tick job as the daemon (`jobs.tick_job`) against the staged
-files, then records the clock it reached; a rerun with the same arguments resumes after the last recorded
-step (redoing a step reads nothing new, so nothing counts twice). At the end the staged files' offsets are
-handed to the real files in one transaction, so the daemon goes on with the rows after `until` exactly once.
+line before it in its file were written by t. A line's write time is its event time: `ts` for a prediction;
+`start_ts` for a timing, else its prediction's `ts` (by request_id); `label_ts` for a label, else its
+prediction's `ts`. A line with neither is visible with the line before it. Labels are staged for services
+with a `quality:` section (the only ones whose ticks read labels). Each step appends what became visible and
+runs the same tick job as the daemon (`jobs.tick_job`) against the staged files, then records the clock it
+reached; a rerun with the same arguments resumes after the last recorded step (redoing a step reads nothing
+new, so nothing counts twice). At the end the staged files' offsets are handed to the real files in one
+transaction, so the daemon goes on with the rows after `until` exactly once.
 
-Lines that carry no readable time are visible with the line before them. Files that cannot be cut by line
-(Parquet, gzip, OTLP) are visible whole at the first step. SQL sources are not replayed: the daemon reads
-them by cursor.
+Files that cannot be cut by line (Parquet, gzip, OTLP) are visible whole from the latest event time their rows
+hold (by the same rules): a file written at once exists from when its last row was written. SQL sources are
+not replayed: the daemon reads them by cursor.
 """
 
 from __future__ import annotations
 
-import csv
-import json
+import gzip
 import logging
 import shutil
+import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,17 +43,20 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from sqlalchemy.orm import Session
 
 from monitor import jobs
-from monitor.config import Config, FileSource
-from monitor.sources import DirectorySource, file_format
+from monitor.config import Config, FileSource, Service
+from monitor.otlp import parse_otlp
+from monitor.sources import _BOM, LINE, DirectorySource, file_format, parse_csv, parse_jsonl
 from monitor.validate import _from_epoch
 from storage.store import Store
 
 log = logging.getLogger(__name__)
 
 TIME_FIELD = {"predictions": "ts", "timings": "start_ts", "labels": "label_ts"}
-KINDS = ("predictions", "timings")  # labels are read by the nightly job, not by ticks
+KINDS = ("predictions", "timings", "labels")
+EPOCH = np.datetime64("1970-01-01", "ns")
 
 
 class BackfillError(ValueError):
@@ -74,6 +86,7 @@ class Result:
     reached: datetime
     resumed_from: datetime | None
     done: bool
+    step: timedelta
 
 
 def default_staging(store: Store) -> Path:
@@ -84,17 +97,40 @@ def default_staging(store: Store) -> Path:
     return Path("tailwatch-backfill").resolve()
 
 
-def run(config: Config, store: Store, since: datetime, until: datetime, *, staging: Path | None = None,
-        console: Console | None = None, max_steps: int | None = None) -> Result:
-    """Replay [since, until) (resuming an unfinished run with the same range); `max_steps` stops early
-    (tests, or a long backfill split over several runs). The caller holds the leader lock."""
-    step = config.daemon.interval
+def step_text(step: timedelta) -> str:
+    """A step as the CLI takes it: `1h`, `15m`, `90s`, `2d`."""
+    seconds = int(step.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def default_step(config: Config) -> timedelta:
+    """The smallest window any service scores: a step never skips a window's close."""
+    return min(w for service in config.services for w in service.buckets.windows)
+
+
+def staged_kinds(service: Service) -> tuple[str, ...]:
+    """The record kinds a tick of `service` reads from its sources (labels only with a `quality:` section)."""
+    return tuple(kind for kind in KINDS if getattr(service.sources, kind) is not None
+                 and (kind != "labels" or service.quality is not None))
+
+
+def run(config: Config, store: Store, since: datetime, until: datetime, *, step: timedelta | None = None,
+        staging: Path | None = None, console: Console | None = None, max_steps: int | None = None) -> Result:
+    """Replay [since, until) by `step` (default `default_step`), resuming an unfinished run with the same
+    range and step; `max_steps` stops early (tests, or a long backfill split over several runs). The caller
+    holds the leader lock."""
+    step = step if step is not None else default_step(config)
+    if step < timedelta(seconds=1) or step % timedelta(seconds=1):
+        raise BackfillError(f"--step must be a whole number of seconds, at least 1s; got {step}")
     if until <= since:
         raise BackfillError(f"--until {until.isoformat()} must be after --since {since.isoformat()}")
     for service in config.services:
-        for kind in KINDS:
+        for kind in staged_kinds(service):
             source = getattr(service.sources, kind)
-            if source is not None and not isinstance(source, FileSource):
+            if not isinstance(source, FileSource):
                 raise BackfillError(f"service {service.name}: the {kind} source is SQL; backfill replays file "
                                     "sources only (the daemon reads a SQL source by its cursor)")
     with store.transaction() as session:
@@ -103,7 +139,8 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, stagi
         if (open_run["since"], open_run["until"], open_run["step_seconds"]) != (since, until, int(step.total_seconds())):
             raise BackfillError(
                 f"an unfinished backfill of {open_run['since'].isoformat()} .. {open_run['until'].isoformat()} "
-                f"(step {open_run['step_seconds']}s) exists; rerun it with those arguments to resume it")
+                f"(--step {step_text(timedelta(seconds=open_run['step_seconds']))}) exists; rerun it with those "
+                "arguments to resume it")
         staging = Path(open_run["staging"])
         if not staging.is_dir():
             raise BackfillError(f"the unfinished backfill's staging directory {staging} is gone; it cannot resume")
@@ -122,6 +159,8 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, stagi
     if max_steps is not None:
         todo = todo[:max_steps]
     staged_config = _staged_config(config, staging)
+    unsynced = _Unsynced(store)
+    synced_at = time.monotonic()
     columns = (TextColumn("[bold]backfill[/] {task.fields[clock]}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("steps"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     reached = resumed or since
@@ -131,9 +170,12 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, stagi
         for now in todo:
             for f in plan:
                 _extend(f, f.cut(now))
-            reports = jobs.tick_job(staged_config, store, now)
-            with store.transaction() as session:
+            reports = jobs.tick_job(staged_config, unsynced, now)
+            # A durable commit syncs every commit before it: an OS crash rewinds to a recorded step.
+            durable = time.monotonic() - synced_at >= SYNC_SECONDS
+            with store.transaction(durable=durable) as session:
                 store.advance_backfill(session, run_id, now)
+            synced_at = time.monotonic() if durable else synced_at
             reached = now
             failed = [r for r in reports if r.status != "ok"]
             if failed:
@@ -143,7 +185,27 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, stagi
     if done:
         _hand_over(store, plan, run_id, reached)
         shutil.rmtree(staging, ignore_errors=True)
-    return Result(run_id, len(todo), reached, resumed, done)
+    return Result(run_id, len(todo), reached, resumed, done, step)
+
+
+SYNC_SECONDS = 10.0  # at most this much replay is redone after an OS crash or power cut
+
+
+class _Unsynced:
+    """`store` whose transactions do not wait for the disk: a step's commits are atomic and survive a crash
+    of the process; an OS crash can undo the last ones, the step's recorded clock with them, and a rerun
+    replays them (waiting for the disk at every commit was the largest fixed cost of a small step)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    @contextmanager
+    def transaction(self, durable: bool = True) -> Iterator[Session]:
+        with self._store.transaction(durable=False) as session:
+            yield session
 
 
 def _clocks(since: datetime, until: datetime, step: timedelta) -> list[datetime]:
@@ -155,7 +217,7 @@ def _staged_config(config: Config, staging: Path) -> Config:
     services = []
     for service in config.services:
         sources = {kind: getattr(service.sources, kind).model_copy(update={"path": staging / service.name / kind})
-                   for kind in KINDS if getattr(service.sources, kind) is not None}
+                   for kind in staged_kinds(service)}
         services.append(service.model_copy(update={"sources": service.sources.model_copy(update=sources)}))
     return config.model_copy(update={"services": services})
 
@@ -163,15 +225,24 @@ def _staged_config(config: Config, staging: Path) -> Config:
 def _plan(config: Config, staging: Path, store: Store) -> list[StagedFile]:
     plan = []
     for service in config.services:
-        for kind in KINDS:
+        kinds = staged_kinds(service)
+        files = {}
+        for kind in kinds:
             source = getattr(service.sources, kind)
-            if source is None:
-                continue
             (staging / service.name / kind).mkdir(parents=True, exist_ok=True)
             reader = DirectorySource(f"{service.name}/{kind}", source, config.limits)
-            for path in reader.files():
-                times, ends = _visibility(path, file_format(path, source.format), TIME_FIELD[kind])
-                plan.append(StagedFile(reader.name, path, staging / service.name / kind / path.name, times, ends))
+            files[kind] = (reader.name, [(path, file_format(path, source.format)) for path in reader.files()])
+        # Predictions first: timings and labels without a time of their own take their prediction's.
+        read = {path: _event_rows(path, fmt, "predictions", config) for path, fmt in files["predictions"][1]}
+        prediction_ts = _first_time_by_request([rows for rows, _ in read.values()])
+        for kind in kinds:
+            name, paths = files[kind]
+            for path, fmt in paths:
+                rows, ends = read.pop(path) if kind == "predictions" else _event_rows(path, fmt, kind, config)
+                if kind != "predictions" and len(rows):
+                    rows["time"] = rows["time"].fillna(rows["request_id"].map(prediction_ts))
+                times, ends = _visibility(path, rows, ends)
+                plan.append(StagedFile(name, path, staging / service.name / kind / path.name, times, ends))
     return plan
 
 
@@ -185,8 +256,8 @@ def _start(store: Store, plan: list[StagedFile], since: datetime, until: datetim
             seeded = []
             for f in (f for f in plan if f.source == source):
                 state = stored.get(_key(f.real))
-                _extend(f, state.offset if state is not None else 0)
                 if state is not None:
+                    _extend(f, state.offset, create=True)
                     seeded.append(replace(state, file_key=_key(f.staged), path=str(f.staged)))
             store.save_offsets(session, source, seeded)
         return store.start_backfill(session, since, until, int(step.total_seconds()), str(staging))
@@ -197,12 +268,13 @@ def _hand_over(store: Store, plan: list[StagedFile], run_id: int, reached: datet
     with store.transaction() as session:
         for source in {f.source for f in plan}:
             stored = store.load_offsets(session, source)
+            staged = [f for f in plan if f.source == source and f.staged.exists()]
             moved = []
-            for f in (f for f in plan if f.source == source):
+            for f in staged:
                 state = stored.get(_key(f.staged))
                 if state is not None:
                     moved.append(replace(state, file_key=_key(f.real), path=str(f.real)))
-            store.delete_offsets(session, source, [_key(f.staged) for f in plan if f.source == source])
+            store.delete_offsets(session, source, [_key(f.staged) for f in staged])
             store.save_offsets(session, source, moved)
         store.advance_backfill(session, run_id, reached, status="done")
 
@@ -212,62 +284,125 @@ def _key(path: Path) -> str:
     return f"{st.st_dev}:{st.st_ino}"  # the key DirectorySource stores offsets under
 
 
-def _extend(f: StagedFile, size: int) -> None:
-    """Grow the staged copy to the first `size` bytes of the real file (never shrinks it)."""
+def _extend(f: StagedFile, size: int, create: bool = False) -> None:
+    """Grow the staged copy to the first `size` bytes of the real file (never shrinks it). Nothing is created
+    before it has a byte (unless `create`): an empty Parquet or gzip file is not a file of its type."""
     have = f.staged.stat().st_size if f.staged.exists() else -1
-    if have >= size and have >= 0:
+    if have >= size and (have >= 0 or not create):
         return
     with open(f.real, "rb") as src, open(f.staged, "ab") as dst:
         src.seek(max(have, 0))
         dst.write(src.read(size - max(have, 0)))
 
 
-def _visibility(path: Path, fmt: str, field: str) -> tuple[np.ndarray, np.ndarray]:
-    """Cut points of a file: (time each prefix is complete, its end in bytes), times non-decreasing."""
-    size = path.stat().st_size
-    if fmt not in ("jsonl", "csv") or path.suffix == ".gz":
-        return np.array(["1970-01-01"], "datetime64[ns]"), np.array([size])
-    data = path.read_bytes()
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1  # a line without newline waits
-    lines = [data[a:b] for a, b in zip(np.r_[0, ends[:-1]], ends, strict=True)]
-    if fmt == "jsonl":
-        raw = [_json_time(line, field) for line in lines]
-    else:
-        raw = _csv_times(lines, field)
-    times = _to_times(raw)
+def _visibility(path: Path, rows: pd.DataFrame, ends: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Cut points of a file: (time each prefix is complete, its end in bytes), times non-decreasing.
+
+    `rows` holds each row's `line` and event `time`; `ends` the byte end of each whole line, or None for a
+    file that cannot be cut: it is visible whole from the latest time its rows hold (from the start if none)."""
+    if ends is None:
+        latest = rows["time"].max() if len(rows) else pd.NaT
+        at = EPOCH if pd.isna(latest) else np.datetime64(latest.tz_convert(None), "ns")
+        return np.array([at]), np.array([path.stat().st_size])
+    times = np.full(len(ends), np.datetime64("NaT", "ns"))
+    inside = rows[rows["line"] < len(ends)]  # a last line without its newline waits
+    times[inside["line"].to_numpy()] = inside["time"].dt.tz_convert(None).to_numpy("datetime64[ns]")
     # A line is visible once every line before it is: the running maximum; no time = as the line before.
-    filled = pd.Series(times).ffill().fillna(pd.Timestamp("1970-01-01", tz="UTC"))
-    cummax = filled.cummax().dt.tz_convert(None).to_numpy("datetime64[ns]")
-    return cummax, ends
+    filled = pd.Series(times).ffill().fillna(pd.Timestamp(EPOCH))
+    return filled.cummax().to_numpy("datetime64[ns]"), ends
 
 
-def _json_time(line: bytes, field: str):
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value.get(field) if isinstance(value, dict) else None
+def _event_rows(path: Path, fmt: str, kind: str, config: Config) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """Each row's `line` (0-based, in the file), `request_id` (text) and event `time` (UTC, NaT when it has
+    none), parsed as the tick parses the file; and the byte end of each whole line, None for a file that
+    cannot be cut by line (Parquet, gzip, OTLP)."""
+    field = TIME_FIELD[kind]
+    cuttable = fmt in ("jsonl", "csv") and path.suffix != ".gz"
+    if fmt == "parquet":
+        try:
+            names = set(pq.read_schema(path).names)
+            frame = pq.read_table(path, columns=[c for c in ("request_id", field) if c in names]).to_pandas()
+        except (pa.ArrowInvalid, OSError):  # unreadable: the tick quarantines it, from the first step
+            frame = pd.DataFrame()
+        frame[LINE] = np.arange(1, len(frame) + 1)
+        return _normalized(frame, field), None
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):
+            data = b""
+    bom = data.startswith(_BOM)
+    if bom:
+        data = data[len(_BOM):]  # as the reader drops it: the first line stays line 1
+    if fmt == "jsonl":
+        frame = parse_jsonl(data, 0, path.name, config.limits)[0]
+    elif fmt == "csv" and b"\n" in data:
+        frame = parse_csv(data, data[:data.index(b"\n") + 1], True, 0, path.name, config.limits)[0]
+    elif fmt == "otlp":
+        frame = parse_otlp(data, source=path.name)[0]
+        frame[LINE] = np.arange(1, len(frame) + 1)
+    else:
+        frame = pd.DataFrame({LINE: []})
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1 if cuttable else None
+    if ends is not None and bom:
+        ends = ends + len(_BOM)
+    return _normalized(frame, field), ends
 
 
-def _csv_times(lines: list[bytes], field: str) -> list:
-    if not lines:
-        return []
-    header = next(csv.reader([lines[0].decode("utf-8", "replace").lstrip("\ufeff")]))
-    if field not in header:
-        return [None] * len(lines)
-    idx = header.index(field)
-    out: list = [None]  # the header: visible from the start
-    for line in lines[1:]:
-        row = next(csv.reader([line.decode("utf-8", "replace")]), [])
-        out.append(row[idx] if idx < len(row) else None)
-    return out
+def _normalized(frame: pd.DataFrame, field: str) -> pd.DataFrame:
+    ids = frame["request_id"] if "request_id" in frame else pd.Series(None, index=frame.index, dtype=object)
+    return pd.DataFrame({
+        "line": frame[LINE].to_numpy(np.int64) - 1,
+        "request_id": _request_ids(ids),
+        "time": _to_times(frame[field]) if field in frame else pd.Series(pd.NaT, index=frame.index,
+                                                                           dtype="datetime64[ns, UTC]"),
+    }).reset_index(drop=True)
 
 
-def _to_times(raw: list) -> pd.Series:
-    """RFC 3339 text or epoch seconds -> UTC timestamps (NaT where unreadable)."""
-    numeric = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce")
+def _request_ids(ids: pd.Series) -> pd.Series:
+    """Request ids as text (None where missing); a column of text is kept as it is."""
+    ids = ids.astype(object).where(ids.notna(), None)
+    if pd.api.types.infer_dtype(ids, skipna=True) in ("string", "empty"):
+        return ids
+    return ids.map(_text, na_action="ignore")
+
+
+def _text(value) -> str:
+    """A request id as the validator keeps it: text, integral floats without `.0`."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _first_time_by_request(frames: list[pd.DataFrame]) -> pd.Series:
+    """request_id -> the event time of its first timed prediction (an index lookup for `Series.map`)."""
+    rows = pd.concat([f for f in frames if len(f)] or [pd.DataFrame({"request_id": [], "time": []})])
+    rows = rows[rows["time"].notna() & rows["request_id"].notna()]
+    rows = rows.drop_duplicates("request_id", keep="first")
+    return pd.Series(rows["time"].to_numpy(), index=rows["request_id"].to_numpy(), dtype="datetime64[ns, UTC]")
+
+
+def _to_times(raw: pd.Series) -> pd.Series:
+    """RFC 3339 text, epoch seconds or parsed timestamps -> UTC timestamps (NaT where unreadable)."""
+    raw = raw.reset_index(drop=True)
+    if isinstance(raw.dtype, pd.ArrowDtype):
+        raw = raw.astype(object)
+    if pd.api.types.is_datetime64_any_dtype(raw):
+        return raw.dt.tz_localize("UTC") if raw.dt.tz is None else raw.dt.tz_convert("UTC")
+    values = raw.astype(object)
+    # Columns of one type take one vectorized path; a column that mixes them is sorted value by value.
+    inferred = pd.api.types.infer_dtype(values, skipna=True)
+    stamps = (values.map(lambda v: isinstance(v, datetime)) if inferred not in ("string", "floating", "integer")
+              else pd.Series(False, index=values.index))
+    numeric = pd.to_numeric(values.where(~stamps), errors="coerce")
     # The contract's own epoch conversion: pandas' unit="s" path can raise on NaN (it rounds unset memory).
     as_epoch = _from_epoch(numeric.astype(float))
-    text = pd.Series([r if isinstance(r, str) else None for r in raw], dtype=object)
+    if inferred in ("floating", "integer"):
+        return as_epoch
+    text = values if inferred == "string" else values.where(values.map(lambda v: isinstance(v, str)))
     as_text = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
-    return as_text.fillna(as_epoch)
+    out = as_text.fillna(as_epoch)
+    if stamps.any():
+        out[stamps] = pd.to_datetime(values[stamps].tolist(), utc=True)
+    return out

@@ -247,6 +247,8 @@ def run(
 def backfill(
     since: Annotated[str, typer.Option(help="Where the replay clock starts (RFC 3339, UTC).")],
     until: Annotated[str, typer.Option(help="Where it stops; rows after it are left for the daemon.")],
+    step: Annotated[str | None, typer.Option(help="How far the clock moves per tick, e.g. 15m, 1h (default: the "
+                                             "smallest configured window; daemon.interval plays no part).")] = None,
     staging: Annotated[Path | None, typer.Option(help="Directory for the replayed files (default: beside the SQLite file, or ./tailwatch-backfill).")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (rerun to resume).", min=1)] = None,
 ) -> None:
@@ -254,6 +256,10 @@ def backfill(
     from monitor import backfill as backfill_mod
     from monitor import leader, logs
 
+    try:
+        length = config_mod.parse_duration(step) if step is not None else None
+    except ValueError as exc:
+        fail(f"--step: {exc}")
     cfg = load_config()
     store = open_store(cfg)
     logs.setup(cfg.daemon.log_format, "WARNING", logs.config_secrets(cfg) + store._secrets)
@@ -262,15 +268,15 @@ def backfill(
     if not lock.acquire():
         fail("another tailwatch process (the daemon?) holds the leader lock; stop it before a backfill", code=3)
     try:
-        result = backfill_mod.run(cfg, leader.Fenced(store, lock), start, end, staging=staging, console=err,
-                                  max_steps=max_steps)
+        result = backfill_mod.run(cfg, leader.Fenced(store, lock), start, end, step=length, staging=staging,
+                                  console=err, max_steps=max_steps)
     except backfill_mod.BackfillError as exc:
         fail(str(exc))
     finally:
         lock.release()
     resumed = f" (resumed after {result.resumed_from:%Y-%m-%d %H:%M})" if result.resumed_from else ""
     state = "done" if result.done else "stopped; rerun the same command to resume"
-    out.print(f"backfill run {result.run_id}: {result.steps} steps{resumed}, clock at "
+    out.print(f"backfill run {result.run_id}: {result.steps} steps of {backfill_mod.step_text(result.step)}{resumed}, clock at "
               f"{result.reached:%Y-%m-%d %H:%M} UTC: {state}")
 
 

@@ -675,7 +675,8 @@ class Store:
             batch[key] = row  # within one call, the last write of a key wins
         if not batch:
             return
-        starts = [k[3] for k in batch]
+        # The windows written, not the span between them: a tick writing an hour and its day would read
+        # every finding of the day's other hours.
         stored = session.execute(
             select(
                 FindingRow.id, FindingRow.service, FindingRow.check, FindingRow.model_version,
@@ -683,8 +684,7 @@ class Store:
             ).where(
                 FindingRow.service.in_({k[0] for k in batch}),
                 FindingRow.check.in_({k[1] for k in batch}),
-                FindingRow.window_start >= min(starts),
-                FindingRow.window_start <= max(starts),
+                FindingRow.window_start.in_({k[3] for k in batch}),
             )
         ).all()
         ids = {(r[1], r[2], r[3], utc(r[4]), utc(r[5]), r[6]): r[0] for r in stored}
@@ -711,7 +711,9 @@ class Store:
     ) -> list[dict[str, Any]]:
         """Findings of `service` with window_start in [since, until), oldest first, as dicts with the
         keys upsert_findings takes plus id; empty if none."""
-        query = select(FindingRow).where(FindingRow.service == service)
+        fields = ("id",) + FINDING_REQUIRED + FINDING_OPTIONAL
+        # Columns, not ORM objects: a tick reads thousands of findings and only needs their values.
+        query = select(*(getattr(FindingRow, name) for name in fields)).where(FindingRow.service == service)
         if since is not None:
             query = query.where(FindingRow.window_start >= since)
         if until is not None:
@@ -724,8 +726,7 @@ class Store:
             FindingRow.window_start, FindingRow.window_end, FindingRow.check, FindingRow.model_version,
             FindingRow.labels_key,
         )
-        fields = ("id",) + FINDING_REQUIRED + FINDING_OPTIONAL
-        return [{name: getattr(f, name) for name in fields} for f in session.scalars(query)]
+        return [dict(zip(fields, row, strict=True)) for row in session.execute(query)]
 
     # --- labels and quality (issue 5) ---
 
