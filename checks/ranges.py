@@ -7,7 +7,7 @@ from typing import Literal
 
 from checks.base import Finding, check
 from checks.stats import wilson
-from checks.thresholds import range_band
+from checks.thresholds import range_band, rise_p
 from monitor.partials import Partial
 from monitor.profile import FieldProfile, Profile
 
@@ -24,7 +24,8 @@ class RateLimit:
     `band_alpha` quantile of the share of new values outside the range of its values; unseen: the
     Good-Turing share of categories seen once, with its interval); `none`: the expected rate alone.
     baseline `serving_history`: every field is compared with the service's trailing history instead of
-    the reference. degenerate `serving_history`: a field constant in the reference is (the reference says
+    the reference (breach: at least `max_rate` above history's rate, one-sided two-proportion p below
+    `band_alpha`). degenerate `serving_history`: a field constant in the reference is (the reference says
     nothing about how it varies); `reference`: it is compared with the reference like the others.
     """
 
@@ -37,29 +38,37 @@ class RateLimit:
 
 
 def _rate_finding(name: str, labels: dict, k: int, n: int, expected: float | None,
-                  band: tuple[float, float] | None, params: RateLimit, detail: dict) -> Finding:
+                  band: tuple[float, float] | None, params: RateLimit, detail: dict,
+                  history: tuple[int, int] | None = None) -> Finding:
+    """Against the reference: breach when the window's interval is above the band's top plus max_rate.
+    Against `history` (its k, n): when the window's rate is at least max_rate above history's and the
+    one-sided two-proportion p-value is below band_alpha (both rates are estimates)."""
     low, high = wilson(k, n)
     value = k / n if n else None
+    p = rise_p(k, n, *history) if history is not None else None
     if n < params.min_n or expected is None or band is None:
         status = "insufficient"
+    elif history is not None:
+        status = "breach" if value - expected >= params.max_rate and p < params.band_alpha else "ok"
     else:
         status = "breach" if low > band[1] + params.max_rate else "ok"
     return Finding(name, labels, value, status, n, baseline=expected,
                    effect=None if value is None or expected is None else value - expected,
-                   interval=(low, high) if n else None,
+                   interval=(low, high) if n else None, p_value=p,
                    detail={**detail, "band": list(band) if band is not None else None})
 
 
-def _history(baseline: Partial | None, keys: tuple[str, ...], name: str) -> tuple[float | None, tuple | None, dict]:
+def _history(baseline: Partial | None, keys: tuple[str, ...], name: str) -> tuple[float | None, tuple | None, dict,
+                                                                                  tuple[int, int] | None]:
     """The trailing history's rate of `keys` over its present values of `name`, its 95% interval as the
-    band, and what the detail says; (None, None, note) without history."""
+    band, what the detail says, and its (k, n); rate, band and (k, n) None without history."""
     if baseline is None or not baseline.rows:
-        return None, None, {"against": "serving_history", "note": "no serving history yet"}
+        return None, None, {"against": "serving_history", "note": "no serving history yet"}, None
     k = sum(baseline.counts[key] for key in keys)
     n = baseline.rows - baseline.counts[f"missing:{name}"]
     if not n:
-        return None, None, {"against": "serving_history", "note": "no value of the field in serving history"}
-    return k / n, wilson(k, n), {"against": "serving_history", "history_n": n}
+        return None, None, {"against": "serving_history", "note": "no value of the field in serving history"}, None
+    return k / n, wilson(k, n), {"against": "serving_history", "history_n": n}, (k, n)
 
 
 def _against(ref: FieldProfile, params: RateLimit) -> Against:
@@ -86,13 +95,15 @@ def out_of_range(window: Partial, profile: Profile | None, baseline: Partial | N
         n = window.rows - window.counts[f"missing:{name}"]
         detail = {"below": below, "above": above, "min": ref.min, "max": ref.max}
         if _against(ref, params) == "serving_history":
-            expected, band, note = _history(baseline, (f"below:{name}", f"above:{name}"), name)
+            expected, band, note, history = _history(baseline, (f"below:{name}", f"above:{name}"), name)
             detail |= note | ({"constant_in_reference": True} if ref.constant else {})
         else:
+            history = None
             mean, top = range_band(ref.present, params.band_alpha)
             expected, band = mean, (mean, top if params.band == "learned" else mean)
             detail["against"] = "reference"
-        out.append(_rate_finding("out_of_range", {"field": name}, below + above, n, expected, band, params, detail))
+        out.append(_rate_finding("out_of_range", {"field": name}, below + above, n, expected, band, params, detail,
+                                 history))
     return out
 
 
@@ -118,12 +129,13 @@ def unseen_categories(window: Partial, profile: Profile | None, baseline: Partia
         # A truncated reference holds only its most frequent values: rare reference values count as unseen.
         detail = {"unseen": k, "top": [list(t) for t in top], "reference_truncated": ref.truncated}
         if params.baseline == "serving_history":
-            expected, band, note = _history(baseline, (f"unseen:{name}",), name)
+            expected, band, note, history = _history(baseline, (f"unseen:{name}",), name)
             detail |= note
         else:
+            history = None
             once = sum(1 for c in ref.counts[:-1] if c == 1)
             expected = 0.0
             band = (0.0, wilson(once, ref.present)[1] if params.band == "learned" and ref.present else 0.0)
             detail |= {"against": "reference", "seen_once": once}
-        out.append(_rate_finding("unseen_categories", {"field": name}, k, n, expected, band, params, detail))
+        out.append(_rate_finding("unseen_categories", {"field": name}, k, n, expected, band, params, detail, history))
     return out
