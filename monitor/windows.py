@@ -77,7 +77,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     they read)."""
     out: list[Scored] = []
     held, blocks = _Held(store, service), _Blocks()
-    history = accepted_history(store, service, accepted) if accepted is not None else None
+    served = accepted_history(store, service, accepted) if accepted is not None else None
     for start, end in sorted(windows):
         ranges = baseline_ranges(start, end, baseline_kind)
         blocks.forget(ranges[0][0])  # windows come in order of start: no later one reaches back past this
@@ -97,9 +97,9 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 # A version too new to have its own history is compared with what the service did before it.
                 history = [r for (v, seg), rs in baseline.items() if seg == segment for r in rs]
             base = trailing([r[3] for r in history], tuple(RATES.values()), blocks.merge(history, ranges))
-            if segment == ALL and history is not None:
+            if segment == ALL and served is not None:
                 findings = [f for f in evaluate(merged, profile, base, params) if f.check not in DATA_CHECKS]
-                findings += evaluate(merged, profile, history, params, only=DATA_CHECKS)
+                findings += evaluate(merged, profile, served, params, only=DATA_CHECKS)
             elif segment == ALL:
                 findings = evaluate(merged, profile, base, params)
             else:
