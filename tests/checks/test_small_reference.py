@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from checks.base import REGISTRY
-from checks.evaluate import DATA_CHECKS, evaluate
+from checks.evaluate import evaluate
 from monitor import config as config_mod
 from monitor.cli import app
 from monitor.runner import tick
@@ -24,6 +24,7 @@ from monitor.verdict import decide
 from storage.store import Store
 
 FEATURES = [f"px{i:02d}" for i in range(64)]
+DATA_CHECKS = ("missing_rate", "out_of_range", "unseen_categories", "drift", "prediction_drift", "length_distribution")
 CONSTANT = ["px00", "px07", "px56", "px63"]  # exactly 0 in the reference (an image's corners)
 REFERENCE_ROWS = 300
 PER_HOUR = 580
@@ -162,11 +163,14 @@ def test_every_data_check_finding_with_a_value_has_an_interval(sample, window, s
 
     rng = np.random.default_rng(5)
     w = window(sample(600, rng), schema, reference_profile)
-    history = {name: replace(reg.params(), baseline="serving_history") for name, reg in REGISTRY.items()
-               if name in DATA_CHECKS}
     served = window(sample(5000, rng), schema, reference_profile)  # serving history on the reference's bins
-    for params, base in (({}, trailing), (history, served)):
-        findings = evaluate(w, reference_profile, base, params, only=(*DATA_CHECKS, "oov_rate"))
+
+    def against_history() -> dict:
+        return {name: replace(reg.params(), baseline="serving_history") for name, reg in REGISTRY.items()
+                if name in DATA_CHECKS}
+
+    for params, base in ((lambda: {}, trailing), (against_history, served)):
+        findings = evaluate(w, reference_profile, base, params(), only=(*DATA_CHECKS, "oov_rate"))
         valued = [f for f in findings if f.value is not None]
         assert {f.check for f in valued} == {*DATA_CHECKS, "oov_rate"}
         assert [(f.check, f.labels) for f in valued if f.interval is None] == []
