@@ -67,9 +67,11 @@ def judge(profile: Profile, params: Mapping[str, Any] | None = None) -> list[Con
             out.append(Concern(name, "few_values", f"{ref.distinct} distinct values",
                                f"declare it categorical (schema.features.{name}: categorical) if its values "
                                "are codes or counts"))
-        if ref.kind != "categorical" and present / ref.bins < ROWS_PER_BIN and top < NEAR_CONSTANT:
-            out.append(Concern(name, "sparse_bins", f"{present / ref.bins:.0f} values per bin over {ref.bins} bins "
-                               f"(drift wants {ROWS_PER_BIN})",
+        # A reference too small for every field is one small_reference concern, not one per field.
+        if (ref.kind != "categorical" and present / ref.bins < ROWS_PER_BIN and top < NEAR_CONSTANT
+                and profile.rows >= ROWS_PER_BIN * N_BINS):
+            out.append(Concern(name, "sparse_bins", f"{present / ref.bins:.0f} present values per bin over "
+                               f"{ref.bins} bins (drift wants {ROWS_PER_BIN})",
                                "give a larger reference; the learned band (checks.drift.band: learned, the "
                                "default) widens the drift threshold by what this reference leaves open",
                                needs=ROWS_PER_BIN * ref.bins))
