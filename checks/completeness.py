@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from checks.base import Finding, check
 from checks.stats import wilson
@@ -12,10 +13,15 @@ from monitor.profile import Profile
 
 @dataclass(frozen=True)
 class RateIncrease:
-    """Breach when the window's rate is, with 95% confidence, more than `max_increase` above the expected."""
+    """Breach when the window's rate is, with 95% confidence, more than `max_increase` above the top of
+    the expected rate's band: with band `learned`, the 95% interval of the reference's (or history's) own
+    rate (a small reference's rate is an estimate too); `none`, the rate itself. baseline
+    `serving_history`: compared with the trailing history instead of the reference."""
 
     max_increase: float = 0.05  # absolute, as a share of rows
     min_n: int = 100  # rows below which the check says 'insufficient'
+    band: Literal["learned", "none"] = "learned"
+    baseline: Literal["reference", "serving_history"] = "reference"
 
 
 @check("missing_rate", RateIncrease)
@@ -34,20 +40,23 @@ def missing_rate(window: Partial, profile: Profile | None, baseline: Partial | N
     for name in sorted(names):
         n, k = window.rows, window.counts[f"missing:{name}"]
         ref = profile.fields.get(name) if profile is not None else None
-        if ref is not None and ref.n:
-            expected, source = ref.missing_rate, "reference"
+        if ref is not None and ref.n and params.baseline == "reference":
+            expected, source, (ek, en) = ref.missing_rate, "reference", (ref.missing, ref.n)
         elif baseline is not None and baseline.rows:
-            expected, source = baseline.counts[f"missing:{name}"] / baseline.rows, "baseline"
+            ek, en = baseline.counts[f"missing:{name}"], baseline.rows
+            expected, source = ek / en, "baseline"
         else:
-            expected, source = None, None
+            expected, source, (ek, en) = None, None, (0, 0)
         value = k / n if n else None
         low, high = wilson(k, n)
-        if n < params.min_n or expected is None:
+        band = None if expected is None else wilson(ek, en) if params.band == "learned" else (expected, expected)
+        if n < params.min_n or band is None:
             status = "insufficient"
         else:
-            status = "breach" if low > expected + params.max_increase else "ok"
+            status = "breach" if low > band[1] + params.max_increase else "ok"
         out.append(Finding("missing_rate", {"field": name}, value, status, n, baseline=expected,
                            effect=None if value is None or expected is None else value - expected,
                            interval=(low, high) if n else None,
-                           detail={"missing": k, "expected_from": source}))
+                           detail={"missing": k, "expected_from": source,
+                                   "band": list(band) if band is not None else None}))
     return out

@@ -21,6 +21,9 @@ from checks.base import REGISTRY, Finding
 from monitor.partials import Partial
 from monitor.profile import Profile
 
+# The checks that compare a window's data with the reference (or, when configured, accepted serving history).
+DATA_CHECKS = ("missing_rate", "out_of_range", "unseen_categories", "drift", "prediction_drift", "length_distribution")
+
 
 def evaluate(window: Partial, profile: Profile | None, baseline: Partial | None,
              params: Mapping[str, Any] | None = None, only: Collection[str] | None = None) -> list[Finding]:
@@ -63,4 +66,16 @@ def thresholds(overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
             raise ValueError(f"{name}.{where}: {err['msg']} (got {err.get('input')!r:.80})") from None
+    return out
+
+
+def compare_with(params: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]], against: str) -> dict[str, Any]:
+    """`params` with `baseline: against` for every data check whose `overrides` (the service's `checks:`)
+    do not set a baseline of their own."""
+    out = dict(params)
+    if against == "reference":
+        return out
+    for name in DATA_CHECKS:
+        if "baseline" not in overrides.get(name, {}):
+            out[name] = dataclasses.replace(out.get(name) or REGISTRY[name].params(), baseline=against)
     return out

@@ -166,10 +166,16 @@ def db_current() -> None:
 @reference_app.command("build")
 def reference_build(
     service: Annotated[str | None, typer.Option(help="Only this service (default: every one with a reference).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
-    """Profile each service's reference dataset and store the profile."""
+    """Profile each service's reference dataset, store the profile, and say what in it to fix."""
+    from rich.markup import escape
+
+    from checks.judge import judge
     from monitor.profile import store_profile
 
+    if fmt not in ("table", "json"):
+        fail(f"--format: must be table or json, got {fmt!r}")
     cfg = load_config()
     store = open_store(cfg)
     chosen = [s for s in cfg.services if service in (None, s.name)]
@@ -178,17 +184,33 @@ def reference_build(
     table = Table(title="reference profiles")
     for col in ("service", "rows", "fields", "fingerprint", "source"):
         table.add_column(col)
+    concerns = Table(title="reference concerns: what to fix before trusting it")
+    for col in ("service", "field", "concern", "seen", "suggested fix"):
+        concerns.add_column(col, overflow="fold")
+    built = []
     for svc in chosen:
         if svc.reference is None:
-            err.print(f"[yellow]skipped:[/] service {svc.name} has no reference configured")
+            err.print(f"[yellow]skipped:[/] service {escape(svc.name)} has no reference configured")
             continue
         try:
             profile = store_profile(store, svc)
         except (OSError, ValueError) as exc:
             fail(f"service {svc.name}: cannot profile {svc.reference.path}: {exc}")
-        table.add_row(svc.name, f"{profile.rows:,}", ", ".join(profile.fields), profile.fingerprint,
-                      str(svc.reference.path))
+        found = judge(profile, svc.check_params())
+        built.append({"service": svc.name, "rows": profile.rows, "fields": list(profile.fields),
+                      "fingerprint": profile.fingerprint, "source": str(svc.reference.path),
+                      "concerns": [c.as_dict() for c in found]})
+        table.add_row(escape(svc.name), f"{profile.rows:,}", escape(", ".join(profile.fields)), profile.fingerprint,
+                      escape(str(svc.reference.path)))
+        for c in found:
+            concerns.add_row(escape(svc.name), escape(c.field or "(reference)"), c.kind, escape(c.detail),
+                             escape(c.fix))
+    if fmt == "json":
+        print(json.dumps(built, indent=2))
+        return
     out.print(table)
+    if concerns.row_count:
+        out.print(concerns)
 
 
 @app.command()

@@ -212,6 +212,20 @@ class Schema(_Model):
 
 class Reference(_Model):
     path: Path
+    # what data checks compare a window with: the reference, or accepted serving history (see docs/checks.md)
+    compare_with: Literal["reference", "serving_history"] = "reference"
+    # the accepted serving period [start, end) that serving-history comparisons merge; none: the trailing baseline
+    accepted: tuple[datetime, datetime] | None = None
+
+    @field_validator("accepted")
+    @classmethod
+    def _accepted_period(cls, value: tuple[datetime, datetime] | None) -> tuple[datetime, datetime] | None:
+        if value is None:
+            return None
+        start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in value)
+        if end <= start:
+            raise ValueError(f"accepted: the period's end {end} is not after its start {start}")
+        return start, end
 
     @field_validator("path", mode="before")
     @classmethod

@@ -33,7 +33,7 @@ TOKEN_CHARS = 256  # tokens are read from the first this many characters of a te
 _PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u2013\u2014\u00b7\u00bf\u00a1"
 # Fields added after FORMAT 1, left out of the JSON while they hold their default: an old stored profile
 # keeps its fingerprint (so partials folded before the upgrade still merge) and still loads.
-_OPTIONAL = {"vocabulary": (), "tokens": 0, "oov_tokens": 0, "singletons": 0}
+_OPTIONAL = {"vocabulary": (), "tokens": 0, "oov_tokens": 0, "singletons": 0, "distinct": 0}
 
 Kind = Literal["numeric", "categorical", "text"]
 
@@ -62,6 +62,13 @@ class FieldProfile:
     tokens: int = 0
     oov_tokens: int = 0
     singletons: int = 0
+    distinct: int = 0  # numeric / text: distinct finite values (lengths); 0 when not recorded
+
+    @property
+    def constant(self) -> bool:
+        """Numeric or text: every present reference value (length) is the same, so the reference says
+        nothing about how the field varies."""
+        return self.kind != "categorical" and self.present > 0 and self.min is not None and self.min == self.max
 
     @property
     def expected_oov(self) -> float | None:
@@ -216,11 +223,13 @@ def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
     lo, hi = float(finite.min()), float(finite.max())
     finite.sort()
     edges = tuple(float(e) for e in np.unique(_quantiles(finite, np.linspace(0, 1, N_BINS + 1)[1:-1])))
+    distinct = int(np.count_nonzero(np.diff(finite))) + 1
     # Bin counts from the sorted values: bin k holds edges[k-1] <= v < edges[k]; -inf / +inf the end bins.
     counts = np.diff(np.r_[0, np.searchsorted(finite, edges, side="left"), len(finite)])
     counts[0] += int(np.isneginf(v).sum())
     counts[-1] += int(np.isposinf(v).sum())
-    return FieldProfile(kind, n, missing, tuple(int(c) for c in counts), edges=edges, min=lo, max=hi, **vocab)
+    return FieldProfile(kind, n, missing, tuple(int(c) for c in counts), edges=edges, min=lo, max=hi,
+                        distinct=distinct, **vocab)
 
 
 def tokens(texts: np.ndarray) -> tuple[pa.Array, np.ndarray]:

@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from checks.evaluate import compare_with
+from checks.judge import judge, summary
 from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
 from monitor.frame import ARRIVED, Joined, from_blobs, join, to_blob
@@ -96,6 +98,8 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
         profile, note = stored_profile(store, service)
         if note:
             report.notes.append(note)
+        if profile is not None and (concerns := summary(judge(profile, service.check_params()))):
+            report.notes.append(concerns)
         _ingest(config, service, store, now, tick_id, report, profile)
         _score(service, store, now, tick_id, report, profile)
         if service.quality is not None:
@@ -122,8 +126,10 @@ def _score(service: Service, store: Store, now: datetime, tick_id: int, report: 
         touched = (datetime.fromisoformat(report.first_ts), datetime.fromisoformat(report.last_ts))
     # Every length's windows in one call: they share the stored buckets it reads and decodes.
     windows = [w for size in service.buckets.windows for w in windows_for(now, size, touched)]
-    scored = score(store, service.name, profile, windows, params=service.check_params(),
-                   baseline_kind=service.baseline)
+    ref = service.reference
+    params = compare_with(service.check_params(), service.checks, ref.compare_with if ref else "reference")
+    scored = score(store, service.name, profile, windows, params=params, baseline_kind=service.baseline,
+                   accepted=ref.accepted if ref else None)
     report.findings = store_scored(store, service.name, scored, tick_id)
     report.breaches = [
         f"{s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m {s.model_version} "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from checks.base import Finding, trailing
-from checks.evaluate import evaluate
+from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
 from monitor.partials import ALL, Partial, merge_all
 from monitor.profile import Profile
@@ -68,12 +68,16 @@ def baseline_ranges(start: datetime, end: datetime, kind: str = "trailing_24h") 
 
 
 def score(store: Store, service: str, profile: Profile | None, windows: list[tuple[datetime, datetime]],
-          params=None, baseline_kind: str = "trailing_24h") -> list[Scored]:
+          params=None, baseline_kind: str = "trailing_24h",
+          accepted: tuple[datetime, datetime] | None = None) -> list[Scored]:
     """Score each window per model version and segment against its baseline (`baseline_kind`, see
-    baseline_ranges); `params`: check name -> thresholds (Service.check_params()). The windows are scored,
-    and returned, in order of start (they share what they read)."""
+    baseline_ranges); `params`: check name -> thresholds (Service.check_params()). `accepted`: a period of
+    serving history whose merged partials the data checks' serving-history comparisons use instead of
+    the trailing baseline. The windows are scored, and returned, in order of start (they share what
+    they read)."""
     out: list[Scored] = []
     held, blocks = _Held(store, service), _Blocks()
+    served = accepted_history(store, service, accepted) if accepted is not None else None
     for start, end in sorted(windows):
         ranges = baseline_ranges(start, end, baseline_kind)
         blocks.forget(ranges[0][0])  # windows come in order of start: no later one reaches back past this
@@ -93,7 +97,10 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 # A version too new to have its own history is compared with what the service did before it.
                 history = [r for (v, seg), rs in baseline.items() if seg == segment for r in rs]
             base = trailing([r[3] for r in history], tuple(RATES.values()), blocks.merge(history, ranges))
-            if segment == ALL:
+            if segment == ALL and served is not None:
+                findings = [f for f in evaluate(merged, profile, base, params) if f.check not in DATA_CHECKS]
+                findings += evaluate(merged, profile, served, params, only=DATA_CHECKS)
+            elif segment == ALL:
                 findings = evaluate(merged, profile, base, params)
             else:
                 # The reference describes all traffic, not one segment's share of it: a segment is compared
@@ -109,6 +116,13 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
 
 
 _Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segment, the decoded partial
+
+
+def accepted_history(store: Store, service: str, period: tuple[datetime, datetime]) -> Partial | None:
+    """The merged all-traffic partials of the accepted serving `period` [start, end), every version, with
+    the dispersion of its rates and histograms; None when nothing is stored in it."""
+    rows = [r for r in _load(store, service, *period) if r[2] == ALL]
+    return trailing([r[3] for r in rows], tuple(RATES.values()))
 
 
 def _load(store: Store, service: str, since: datetime, until: datetime) -> list[_Row]:

@@ -30,7 +30,7 @@ def test_evaluate_runs_every_check_and_takes_params(sample, window, schema, refe
     findings = evaluate(w, reference_profile, trailing)
     assert {f.check for f in findings} == NAMES
     assert all(f.status in ("ok", "breach", "insufficient") for f in findings)
-    strict = evaluate(w, reference_profile, trailing, {"drift": DriftThreshold(alpha=1.0, psi_floor=0.0)})
+    strict = evaluate(w, reference_profile, trailing, {"drift": DriftThreshold(alpha=1.0, psi_floor=0.0, band="none")})
     assert {f.status for f in strict if f.check == "drift"} == {"breach"}
 
 
