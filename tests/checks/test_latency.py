@@ -1,4 +1,4 @@
-"""latency: quantiles per stage vs baseline, zero-duration stages, tail sample rule, status rates."""
+"""latency: quantiles per stage vs baseline with their intervals, the n an interval needs, status rates."""
 
 from __future__ import annotations
 
