@@ -29,8 +29,8 @@ RATES = {"failure": "status:error", "timeout": "status:timeout", "reject": "stat
 
 @dataclass(frozen=True)
 class LatencyThreshold:
-    """Quantiles breach when the window's 95% interval lies wholly above the baseline's and its lower
-    bound is more than `max_ratio` times and `min_delta_ms` above the baseline's quantile; rates breach
+    """Quantiles breach when the window's 95% interval lies wholly above the baseline's and the window's
+    quantile is more than `max_ratio` times and `min_delta_ms` above the baseline's; rates breach
     when the window's Wilson lower bound exceeds baseline + `max_rate_increase`. The bound is taken on n / dispersion requests: rejects and timeouts come in clumps (a client's
     burst), and the trailing buckets say how much more than independent requests they vary."""
 
@@ -39,7 +39,7 @@ class LatencyThreshold:
     max_rate_increase: float = 0.02  # absolute, share of requests
     min_n: int = 100  # requests below which rates are 'insufficient'
     # Output tokens per second breach when the window's p50 interval lies wholly below the baseline's and
-    # its upper bound below the baseline's p50 / max_ratio.
+    # its p50 below the baseline's / max_ratio.
     # Throughput (per second of the window's arrival span) breaches below min_throughput_ratio x baseline;
     # 0 reports it without deciding (traffic follows the clock; use same_hour_7d baselines to judge it).
     min_throughput_ratio: float = 0.0
@@ -65,8 +65,8 @@ def quantile_interval(sketch: Sketch, q: float) -> tuple[tuple[float, float] | N
 def _quantile(key: dict[str, str], w: Sketch, b: Sketch, q: float, lower_is_worse: bool, unit: str,
               params: LatencyThreshold) -> Finding:
     """The finding of quantile q of window sketch `w` against baseline sketch `b`: a breach when the two
-    95% intervals do not overlap in the harmful direction and the window's bound nearest the baseline
-    clears the effect floors (max_ratio, and min_delta_ms for latency) against the baseline's estimate."""
+    95% intervals do not overlap in the harmful direction and the estimates clear the effect floors
+    (max_ratio, and min_delta_ms for latency)."""
     value, base = w.quantile(q), b.quantile(q)
     interval, level = quantile_interval(w, q)
     b_interval, b_level = quantile_interval(b, q)
@@ -74,13 +74,11 @@ def _quantile(key: dict[str, str], w: Sketch, b: Sketch, q: float, lower_is_wors
     if w.count < need or b.count < need or value is None or base is None or lower_is_worse and not base:
         status = "insufficient"
     elif lower_is_worse:
-        worse = interval[1] < b_interval[0] and interval[1] < base / params.max_ratio
+        worse = interval[1] < b_interval[0] and value < base / params.max_ratio
         status = "breach" if worse else "ok"
     else:
-        # The floors hold for the window's lower bound, not only its estimate: at a few hundred values a
-        # 1.3x slowdown's estimate alone passes 1.5x in about one window in twenty.
-        worse = (interval[0] > b_interval[1] and interval[0] > base * params.max_ratio
-                 and interval[0] - base > params.min_delta_ms)
+        worse = (interval[0] > b_interval[1] and value > base * params.max_ratio
+                 and value - base > params.min_delta_ms)
         status = "breach" if worse else "ok"
     ratio = value / base if value is not None and base else None
     return Finding("latency", key, value, status, w.count, baseline=base, effect=ratio, interval=interval,

@@ -86,6 +86,12 @@ def test_a_tail_slowdown_decides_at_low_traffic_and_names_the_stage(make, window
         assert v.verdict == verdict, (slowdown, v.summary)
         if verdict == "slower":
             assert v.attribution["quantile"] == "p95" and v.attribution["top_stage"] == "model"
+    # Below the absolute floor: the same 3x tail slowdown on a service answering in about a millisecond.
+    fast, slow = rng.lognormal(-1.0, 0.5, 165), rng.lognormal(-1.0, 0.5, 165)
+    slow = np.where(slow > np.quantile(slow, 0.85), slow * 3, slow)
+    fast, slow = make(165, latency_ms=fast), make(165, latency_ms=slow)
+    tiny = find(latency(window(slow), None, window(fast), LatencyThreshold()), stage="total", quantile="p95")
+    assert tiny.status == "ok" and tiny.effect > 1.5
 
 
 def test_every_quantile_with_a_value_has_an_interval_holding_it(make, window, trailing):
