@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.base import Finding, check, widen
-from checks.stats import wilson
+from checks.stats import quantile_level, quantile_needed, quantile_ranks, wilson
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import (
     ARRIVAL,
     BY_LENGTH,
     COMPLETION,
     LATENCY,
+    RELATIVE_ACCURACY,
     TOKENS,
     TOKENS_PER_S,
     TTFT,
@@ -22,22 +23,23 @@ from monitor.partials import (
 from monitor.profile import Profile
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+LEVEL = 0.95  # coverage of the quantile intervals
 RATES = {"failure": "status:error", "timeout": "status:timeout", "reject": "status:rejected"}
 
 
 @dataclass(frozen=True)
 class LatencyThreshold:
-    """Quantiles breach when the window's is more than `max_ratio` times and `min_delta_ms` above the
-    baseline's; rates breach when the window's Wilson lower bound exceeds baseline + `max_rate_increase`.
-    The bound is taken on n / dispersion requests: rejects and timeouts come in clumps (a client's
+    """Quantiles breach when the window's 95% interval lies wholly above the baseline's and the window's
+    quantile is more than `max_ratio` times and `min_delta_ms` above the baseline's; rates breach
+    when the window's Wilson lower bound exceeds baseline + `max_rate_increase`. The bound is taken on n / dispersion requests: rejects and timeouts come in clumps (a client's
     burst), and the trailing buckets say how much more than independent requests they vary."""
 
     max_ratio: float = 1.5
     min_delta_ms: float = 5.0  # ignore slowdowns smaller than this, however large the ratio
-    tail_samples: int = 10  # a quantile q needs tail_samples / (1 - q) values in window and baseline
     max_rate_increase: float = 0.02  # absolute, share of requests
     min_n: int = 100  # requests below which rates are 'insufficient'
-    # Output tokens per second breach when the window's p50 is below the baseline's / max_ratio.
+    # Output tokens per second breach when the window's p50 interval lies wholly below the baseline's and
+    # its p50 below the baseline's / max_ratio.
     # Throughput (per second of the window's arrival span) breaches below min_throughput_ratio x baseline;
     # 0 reports it without deciding (traffic follows the clock; use same_hour_7d baselines to judge it).
     min_throughput_ratio: float = 0.0
@@ -47,8 +49,42 @@ class LatencyThreshold:
     min_span_s: float = 60.0  # arrival span below which throughput and queue trend are 'insufficient'
 
 
-def _needed(q: float, params: LatencyThreshold) -> int:
-    return int(round(params.tail_samples / (1 - q))) if q < 1 else 1 << 62
+def quantile_interval(sketch: Sketch, q: float) -> tuple[tuple[float, float] | None, float]:
+    """The interval of the sketch's q-quantile and its coverage: the 95% order-statistic interval (its
+    rank bounds mapped to their bins' edges), or with too few values for it, min..max and the lower
+    probability that they hold the quantile. (None, 0) when the sketch is empty."""
+    ranks = quantile_ranks(sketch.count, q, LEVEL)
+    if ranks is None:
+        if not sketch.count:
+            return None, 0.0
+        return (sketch.min, sketch.max), quantile_level(sketch.count, q)
+    low, high = sketch.bin_at_rank(ranks[0]), sketch.bin_at_rank(ranks[1])
+    return (low[0], high[1]), LEVEL
+
+
+def _quantile(key: dict[str, str], w: Sketch, b: Sketch, q: float, lower_is_worse: bool, unit: str,
+              params: LatencyThreshold) -> Finding:
+    """The finding of quantile q of window sketch `w` against baseline sketch `b`: a breach when the two
+    95% intervals do not overlap in the harmful direction and the estimates clear the effect floors
+    (max_ratio, and min_delta_ms for latency)."""
+    value, base = w.quantile(q), b.quantile(q)
+    interval, level = quantile_interval(w, q)
+    b_interval, b_level = quantile_interval(b, q)
+    need = quantile_needed(q, LEVEL)
+    if w.count < need or b.count < need or value is None or base is None or lower_is_worse and not base:
+        status = "insufficient"
+    elif lower_is_worse:
+        worse = interval[1] < b_interval[0] and value < base / params.max_ratio
+        status = "breach" if worse else "ok"
+    else:
+        worse = (interval[0] > b_interval[1] and value > base * params.max_ratio
+                 and value - base > params.min_delta_ms)
+        status = "breach" if worse else "ok"
+    ratio = value / base if value is not None and base else None
+    return Finding("latency", key, value, status, w.count, baseline=base, effect=ratio, interval=interval,
+                   detail={"unit": unit, "baseline_n": b.count, "needed_n": need, "interval_level": level,
+                           "baseline_interval": b_interval, "baseline_interval_level": b_level,
+                           "relative_accuracy": RELATIVE_ACCURACY})
 
 
 def _labels(key: str) -> dict[str, str]:
@@ -73,8 +109,8 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
     """p50 / p95 / p99 in ms of total latency, of each stage, of time to first token (stage ttft) and of
     total latency per input-length bucket (labels length, bucket); the share of requests that failed,
     timed out or were rejected (label rate); output tokens per second, throughput and queue trend (see
-    _service). Quantiles with too few values in window or baseline, and everything but the queue trend
-    without a baseline, are 'insufficient'."""
+    _service). Quantiles with fewer values in window or baseline than their 95% interval needs
+    (detail.needed_n), and everything but the queue trend without a baseline, are 'insufficient'."""
     out = []
     keys = sorted(k for k in window.sketches.keys() | (baseline.sketches.keys() if baseline else set())
                   if _is_latency(k))
@@ -82,18 +118,7 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
         w = window.sketches.get(key, Sketch())
         b = baseline.sketches.get(key, Sketch()) if baseline is not None else Sketch()
         for label, q in QUANTILES.items():
-            value, base = w.quantile(q), b.quantile(q)
-            need = _needed(q, params)
-            if w.count < need or b.count < need or value is None or base is None:
-                status = "insufficient"
-            else:
-                slower = value > base * params.max_ratio and value - base > params.min_delta_ms
-                status = "breach" if slower else "ok"
-            ratio = value / base if value is not None and base else None
-            out.append(Finding("latency", {**_labels(key), "quantile": label}, value, status, w.count,
-                               baseline=base, effect=ratio,
-                               detail={"unit": "ms", "baseline_n": b.count, "needed_n": need,
-                                       "relative_accuracy": 0.01}))
+            out.append(_quantile({**_labels(key), "quantile": label}, w, b, q, False, "ms", params))
     for label, key in RATES.items():
         n, k = window.rows, window.counts[key]
         b_n = baseline.rows if baseline is not None else 0
@@ -126,15 +151,7 @@ def _service(window: Partial, baseline: Partial | None, params: LatencyThreshold
     if TOKENS_PER_S in window.sketches:
         w = window.sketches[TOKENS_PER_S]
         b = baseline.sketches.get(TOKENS_PER_S, Sketch()) if baseline is not None else Sketch()
-        value, base = w.quantile(0.5), b.quantile(0.5)
-        need = _needed(0.5, params)
-        if w.count < need or b.count < need or value is None or not base:
-            status = "insufficient"
-        else:
-            status = "breach" if value < base / params.max_ratio else "ok"
-        out.append(Finding("latency", {"tokens_per_s": "output", "quantile": "p50"}, value, status, w.count,
-                           baseline=base, effect=value / base if value is not None and base else None,
-                           detail={"unit": "tokens/s", "baseline_n": b.count, "needed_n": need}))
+        out.append(_quantile({"tokens_per_s": "output", "quantile": "p50"}, w, b, 0.5, True, "tokens/s", params))
     span, arrivals = _span(window, ARRIVAL)
     if not arrivals:
         return out

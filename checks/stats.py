@@ -53,6 +53,31 @@ def quantile_ranks(q: float, n: int) -> tuple[int, int, float] | None:
     return lo, hi, float(stats.binom.cdf(hi, n, q) - stats.binom.cdf(lo, n, q))
 
 
+def quantile_ranks(n: int, q: float, level: float = 0.95) -> tuple[int, int] | None:
+    """0-based ranks (low, high) of the order statistics that hold the q-quantile of n values with
+    probability >= `level`, each tail <= (1 - level) / 2 (distribution-free: the count of values below the
+    quantile is binomial(n, q)); None when n < quantile_needed(q, level)."""
+    if n < quantile_needed(q, level):
+        return None
+    tail = (1 - level) / 2
+    k = int(stats.binom.ppf(tail, n, q))
+    low = k if stats.binom.cdf(k, n, q) <= tail else k - 1
+    high = int(stats.binom.ppf(1 - tail, n, q))
+    return max(low, 0), min(high, n - 1)
+
+
+def quantile_needed(q: float, level: float = 0.95) -> int:
+    """The fewest values whose order statistics bound the q-quantile on both sides at `level`: the
+    smallest and largest of n values each miss it with probability max(q, 1 - q) ** n."""
+    tail = (1 - level) / 2
+    return max(1, math.ceil(math.log(tail) / math.log(max(q, 1 - q)) - 1e-12))
+
+
+def quantile_level(n: int, q: float) -> float:
+    """The probability that the smallest and largest of n values hold the q-quantile between them."""
+    return max(0.0, 1 - q ** n - (1 - q) ** n) if n else 0.0
+
+
 def dispersion(pairs: list[tuple[int, int]]) -> float:
     """How many times more a rate varies between buckets than independent draws would: Pearson chi-square
     of the (k, n) buckets over its degrees of freedom (the quasi-binomial scale), at least 1. 1 with

@@ -284,12 +284,40 @@ class AlertsReport:
     pending: int = 0
 
 
-def eval_window(service: Service, now: datetime) -> tuple[datetime, datetime]:
-    """The last complete window of the service's smallest length: closed, and past the join lateness so
-    its rows have been folded."""
-    size = min(service.buckets.windows) if service.buckets.windows else service.buckets.size
-    end = floor_to(now - service.join.lateness, size)
-    return end - size, end
+def eval_windows(service: Service, now: datetime) -> list[tuple[datetime, datetime]]:
+    """The last complete window of each length the service scores (`buckets.windows` and
+    `quality.windows`), shortest first: closed, and past the join lateness so its rows have been folded."""
+    sizes = set(service.buckets.windows or [service.buckets.size])
+    if service.quality is not None:
+        sizes |= set(service.quality.windows)
+    ends = {size: floor_to(now - service.join.lateness, size) for size in sorted(sizes)}
+    return [(end - size, end) for size, end in ends.items()]
+
+
+def fit_windows(by_window: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One finding per check and labels from the findings of windows shortest first: the shortest window's
+    that decides (status ok or breach), else the longest window's (`insufficient`, with what it needs)."""
+    chosen: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for findings in by_window:
+        for f in findings:
+            key = (f["check"], dumps(dict(f.get("labels") or {})))
+            if key not in chosen or chosen[key]["status"] == "insufficient":
+                chosen[key] = f
+    return [dict(f) for f in chosen.values()]
+
+
+def fitted_verdict(by_window: Sequence[Sequence[Mapping[str, Any]]], windows: Sequence[tuple[datetime, datetime]],
+                   **kwargs: Any) -> Verdict:
+    """The verdict of one version on its last complete windows (`windows`, shortest first, with their
+    findings `by_window`): each finding from the shortest window that holds enough samples to decide it
+    (fit_windows). Its window spans the windows of its breaching findings, else it is the shortest one."""
+    fitted = fit_windows(by_window)
+    breach = [f for f in fitted if f["status"] == "breach"]
+    start = min((f["window_start"] for f in breach), default=windows[0][0])
+    end = max((f["window_end"] for f in breach), default=windows[0][1])
+    for f in fitted:
+        f.pop("window_start", None), f.pop("window_end", None)
+    return decide(fitted, window_start=start, window_end=end, **kwargs)
 
 
 def after_tick(config: Config, store: Store, now: datetime) -> AlertsReport:
@@ -310,20 +338,25 @@ def after_tick(config: Config, store: Store, now: datetime) -> AlertsReport:
 def _service_samples(service: Service, store: Store, now: datetime, settings: Alerts,
                      report: AlertsReport) -> list[Sample]:
     name = service.name
-    start, end = eval_window(service, now)
+    lengths = eval_windows(service, now)
+    start, end = lengths[0]
     load = partial_loader(store, name)
     rule_results = [(rule, evaluate(rule, load, end, end - start)) for rule in service.rules]
     with store.transaction() as session:
         versions = store.load_versions(session, name)
         cursor = session.get(AlertCursor, name)
         windows, last_tick = store.scored_since(session, name, cursor.last_tick_id if cursor else 0, now)
-        eval_findings = store.load_findings(session, name, since=start, until=start + timedelta(microseconds=1))
-        eval_findings = [f for f in eval_findings if f["window_end"] == end]
+        by_length = [[f for f in store.load_findings(session, name, since=a, until=a + timedelta(microseconds=1))
+                      if f["window_end"] == b] for a, b in lengths]
         ticks = store.last_ticks(session, name, limit=1)
         # The daemon's job errors and missed runs (process-wide) during the evaluated window.
         job_events = store.load_job_events(session, start, now + timedelta(microseconds=1))
-    eval_versions = sorted({f["model_version"] for f in eval_findings})
-    wanted = sorted(set(windows) | {(v, start, end) for v in eval_versions})
+    eval_versions = sorted({f["model_version"] for f in by_length[0]})
+    # A version with no rows in the shortest window while another has them: its traffic moved on, and its
+    # alerts clear. With no rows at all (a quiet hour at low traffic), the longer windows speak for it.
+    sampled = eval_versions or sorted({f["model_version"] for found in by_length for f in found})
+    wanted = sorted(set(windows) | {(f["model_version"], a, b) for (a, b), found in zip(lengths, by_length, strict=True)
+                                    for f in found})
     rule_evidence = [Evidence("slo:" + rule.name, {"slo": rule.slo}, r.value, None, r.n)
                      for rule, r in rule_results if r.active and r.window_end == end and r.window_start == start]
     accepted = list(service.accepted_versions)
@@ -353,7 +386,12 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
                          "window_end": v.window_end.isoformat(), "verdict": v.verdict, "summary": v.summary}
                         for v in verdicts.values()]
 
-    current = [verdicts[(v, start, end)] for v in eval_versions]
+    # One verdict per version for its alerts, whichever window lengths decided it: one alert identity per
+    # version and verdict, so an incident is not paged once per window length.
+    current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in by_length], lengths,
+                              service=name, model_version=v, now=now, versions=versions,
+                              accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [])
+               for v in sampled]
     samples = verdict_samples(service, current, settings)
     samples += [rule_sample(service, rule, r) for rule, r in rule_results]
     has_rows = load(start, end).rows > 0

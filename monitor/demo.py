@@ -239,7 +239,9 @@ def _breaches(store: Store, truth, limit: int = 10) -> Table | str:
     for col in ("from", "windows", "check", "what", "value", "baseline"):
         table.add_column(col, justify="right" if col in ("windows", "value", "baseline") else "left",
                          no_wrap=col != "what")
-    ordered = sorted(groups.items(), key=lambda kv: (kv[1][0]["window_start"], kv[0]))
+    # Within a window, stages and totals before the per-input-length rows that repeat them by bucket.
+    ordered = sorted(groups.items(), key=lambda kv: (kv[1][0]["window_start"], "length" in kv[1][0]["labels"],
+                                                     kv[0]))
     for (check, version, labels), found in ordered[:limit]:
         first = found[0]
         when = first["window_start"]

@@ -124,6 +124,23 @@ class Sketch:
             return 0.0
         return _MAPPING.value(_key_at_rank(self.pos, rank - nneg - self.zero, lower=True))
 
+    def bin_at_rank(self, rank: int) -> tuple[float, float] | None:
+        """The least and greatest value the bin holding the rank-th smallest value (0-based) can hold, within
+        min..max; None when rank is outside 0..count - 1."""
+        if not 0 <= rank < self.count:
+            return None
+        nneg = sum(self.neg.values())
+        if nneg <= rank < nneg + self.zero:
+            return 0.0, 0.0
+        negative = rank < nneg
+        bins, at = (self.neg, nneg - rank - 1) if negative else (self.pos, rank - nneg - self.zero)
+        # A bin's representative value is within RELATIVE_ACCURACY of every value the bin holds.
+        mid = _MAPPING.value(_key_at_rank(bins, at, lower=True))
+        low, high = mid / (1 + RELATIVE_ACCURACY), mid / (1 - RELATIVE_ACCURACY)
+        if negative:
+            low, high = -high, -low
+        return max(low, self.min), min(high, self.max)
+
     def to_json(self) -> dict:
         return {"p": _flat(self.pos), "n": _flat(self.neg), "z": self.zero, "c": self.count,
                 "s": self.sum, "q": self.sumsq, "lo": self.min, "hi": self.max}

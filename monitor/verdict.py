@@ -46,11 +46,13 @@ class Evidence:
     interval_high: float | None = None
     status: str = "breach"
     share: float | None = None  # the stage's share of the latency increase, 0..1
+    needed_n: int | None = None  # an insufficient finding's samples needed to decide, when it says
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        if out["share"] is None:
-            del out["share"]
+        for key in ("share", "needed_n"):
+            if out[key] is None:
+                del out[key]
         return out
 
 
@@ -153,6 +155,8 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     if verdict in HARMFUL and model_version not in accepted_versions:
         rollback = _rollback(versions, accepted_versions, model_version)
     evidence = list(rule_breaches) + _evidence(verdict, breach, seg_breach, attribution)
+    if verdict == "insufficient_data":
+        evidence = _insufficient(whole)
     return Verdict(**base, verdict=verdict, estimated=estimated, rows=rows, evidence=tuple(evidence[:EVIDENCE_MAX]),
                    attribution=attribution, what_changed=tuple(changed),
                    next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback)),
@@ -295,6 +299,19 @@ def _evidence(verdict: str, breach: list[Mapping[str, Any]], seg_breach: list[Ma
     return out
 
 
+def _insufficient(whole: list[Mapping[str, Any]]) -> list[Evidence]:
+    """The findings that could not decide, those that say how many samples they need first."""
+    def needed(f: Mapping[str, Any]) -> int | None:
+        detail = f.get("detail")
+        return detail.get("needed_n") if isinstance(detail, dict) else None
+
+    pool = sorted((f for f in whole if f["status"] == "insufficient"),
+                  key=lambda f: (needed(f) is None, f["check"], sorted((f.get("labels") or {}).items())))
+    return [Evidence(f["check"], dict(f.get("labels") or {}), f.get("value"), f.get("baseline"), int(f.get("n") or 0),
+                     f.get("interval_low"), f.get("interval_high"), f["status"], needed_n=needed(f))
+            for f in pool]
+
+
 def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed: list[dict[str, Any]],
                 rollback: str | None) -> list[str]:
     steps = []
@@ -352,6 +369,9 @@ def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidenc
     for s in attribution.get("signals", [])[:2]:
         what = s["labels"].get("signal") or s["labels"].get("field") or ""
         parts.append(f"{s['check']}{' ' + what if what else ''} {_fmt(s['value'])} vs {_fmt(s['baseline'])}")
+    if verdict == "insufficient_data":
+        parts = [f"{e.check} {','.join(f'{k}={v}' for k, v in sorted(e.labels.items()))} n={e.n}"
+                 + (f" of {e.needed_n} needed" if e.needed_n else "") for e in evidence[:3]]
     if verdict not in ("slower",) and evidence and not parts:
         e = evidence[0]
         labels = ",".join(f"{k}={v}" for k, v in sorted(e.labels.items()))
