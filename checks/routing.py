@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.base import Finding, check
-from checks.stats import quantile_ranks, wilson
+from checks.latency import LEVEL, quantile_interval
+from checks.stats import quantile_needed, wilson
 from monitor.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
 from monitor.profile import Profile
 
@@ -21,7 +22,6 @@ class HotspotThreshold:
     quantile: float = 0.95
     max_ratio: float = 1.5
     min_delta_ms: float = 5.0
-    tail_samples: int = 10  # the quantile needs tail_samples / (1 - quantile) values on both sides
 
 
 @check("hotspot", HotspotThreshold)
@@ -57,8 +57,9 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
                 others = others.merge(sk)
         q = params.quantile
         value, base = mine.quantile(q), others.quantile(q)
-        (lo, hi, confidence), (b_lo, b_hi, b_confidence) = _bounds(mine, q), _bounds(others, q)
-        need = int(round(params.tail_samples / (1 - q))) if q < 1 else 1 << 62
+        (interval, confidence), (b_interval, b_confidence) = quantile_interval(mine, q), quantile_interval(others, q)
+        (lo, hi), (b_lo, b_hi) = interval or (None, None), b_interval or (None, None)
+        need = quantile_needed(q, LEVEL)
         if mine.count < need or others.count < need or value is None or base is None:
             status = "insufficient"
         else:
@@ -75,14 +76,3 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
                                    "baseline_interval_confidence": b_confidence}))
     return out
 
-
-def _bounds(sketch: Sketch, q: float) -> tuple[float | None, float | None, float | None]:
-    """Distribution-free bounds of the sketch's q-quantile (order statistics by binomial ranks, read from
-    the sketch within its 1% relative accuracy) and their confidence: 95%, or less when too few values
-    let a bound go past the smallest or largest. (None, None, None) when empty."""
-    ranks = quantile_ranks(q, sketch.count)
-    if ranks is None:
-        return None, None, None
-    lo, hi, confidence = ranks
-    last = max(sketch.count - 1, 1)
-    return sketch.quantile(lo / last), sketch.quantile(hi / last), confidence

@@ -41,18 +41,6 @@ def mean_interval(mean: float, var: float | None, n: int) -> tuple[float, float]
     return mean - half, mean + half
 
 
-def quantile_ranks(q: float, n: int) -> tuple[int, int, float] | None:
-    """0-based ranks (lo, hi) of the order statistics bracketing the q-quantile (0 < q < 1) of n values
-    with 95% confidence (distribution-free, from the binomial), and the confidence they reach: below 95%
-    when n is too small and a bound is the smallest or largest value. None when n is 0."""
-    if n < 1 or not 0 < q < 1:
-        return None
-    # The (j+1)-th smallest value lies below the quantile unless at most j values do: P(B <= j), B ~ Bin(n, q).
-    lo = max(int(stats.binom.ppf(0.025, n, q)) - 1, 0)
-    hi = min(int(stats.binom.ppf(0.975, n, q)), n - 1)
-    return lo, hi, float(stats.binom.cdf(hi, n, q) - stats.binom.cdf(lo, n, q))
-
-
 def quantile_ranks(n: int, q: float, level: float = 0.95) -> tuple[int, int] | None:
     """0-based ranks (low, high) of the order statistics that hold the q-quantile of n values with
     probability >= `level`, each tail <= (1 - level) / 2 (distribution-free: the count of values below the

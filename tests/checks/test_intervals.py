@@ -42,9 +42,11 @@ def test_hotspot_latency_interval_holds_the_true_quantile(make, window) -> None:
         hits += lo * 0.99 <= true_p95 <= hi * 1.01  # the sketch reads values within 1%
     assert hits / 200 >= 0.93
     assert f.detail["interval_confidence"] >= 0.95 and f.detail["baseline_interval"] is not None
-    from checks.stats import quantile_ranks
+    from checks.latency import quantile_interval
+    from monitor.partials import Sketch
 
-    assert quantile_ranks(0.95, 10)[2] < 0.95  # too few values for 95%: the confidence says so
+    # Too few values for 95%: the interval is min..max and its confidence says so.
+    assert quantile_interval(Sketch.of(np.arange(1.0, 11.0)), 0.95) == ((1.0, 10.0), pytest.approx(1 - 0.95 ** 10 - 0.05 ** 10))
 
 
 def test_signal_interval_is_students_t(make, window, schema, trailing) -> None:
