@@ -129,12 +129,11 @@ CASES = {"shuttle-monthly": shuttle_case, "segment-hourly": segment_case}
 
 
 def short_cases() -> list[Case]:
-    """The same mechanics over fewer days (what the test runs): 36 days of shuttle with labels 7 days
-    late, 30 hours of segment."""
-    return [shuttle_case(days=36, label_delay_days=7, slowdown=(10, 16), quality=(17, 36),
+    """The same mechanics over fewer days (what the test runs): 33 days of shuttle with labels 7 days
+    late, 24 hours of segment."""
+    return [shuttle_case(days=33, label_delay_days=7, slowdown=(9, 15), quality=(16, 33),
                          quality_windows=("7d",), name="shuttle-short"),
-            segment_case(days=30 / 24, slowdown=(12 / 24, 18 / 24), quality=(20 / 24, 30 / 24),
-                         name="segment-short")]
+            segment_case(days=1, slowdown=(10 / 24, 15 / 24), quality=(16 / 24, 1), name="segment-short")]
 
 
 # -- data -------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def test_faults_and_ground_truth(tiny):
             assert path.read_bytes() == (again / "logs" / kind / path.name).read_bytes(), path
 
 
-@pytest.mark.slow  # about a minute per case: a backfill of 30 hourly or 36 daily steps
+@pytest.mark.slow  # about a minute per case: a backfill of 24 hourly or 33 daily steps
 @pytest.mark.parametrize("case", realdata.short_cases(), ids=lambda c: c.name)
 def test_short_case(case, tmp_path):
     truth = realdata.build(case, tmp_path)
