@@ -38,8 +38,12 @@ import pandas as pd
 import yaml
 
 STAGES = ("parse", "preprocess", "model", "postprocess")
-# Stage durations (ms) as gamma (shape, scale) per stage: a CPU model served behind a small HTTP layer.
-STAGE_GAMMA = {"parse": (2.0, 0.15), "preprocess": (3.0, 0.6), "model": (4.0, 2.0), "postprocess": (2.0, 0.1)}
+# Stage durations (ms) as gamma (shape, scale) per stage: a CPU model served behind a small HTTP layer;
+# the image service's preprocessing extracts region features, most of its time.
+STAGE_GAMMA = {
+    "shuttle": {"parse": (2.0, 0.15), "preprocess": (3.0, 0.6), "model": (4.0, 2.0), "postprocess": (2.0, 0.1)},
+    "segment": {"parse": (2.0, 0.3), "preprocess": (4.0, 2.5), "model": (4.0, 2.0), "postprocess": (2.0, 0.1)},
+}
 TIMEOUT_MS = 1000.0
 FAIL_RATES = {"timeout": 0.004, "error": 0.002}  # of requests; they are logged, never dropped
 LABELLED_SHARE = 0.97  # requests that ever get a label
@@ -242,7 +246,7 @@ def build(case: Case, out: Path) -> dict:
     u = rng.random(n)
     status[u < FAIL_RATES["timeout"]] = "timeout"
     status[(u >= FAIL_RATES["timeout"]) & (u < FAIL_RATES["timeout"] + FAIL_RATES["error"])] = "error"
-    stages = {s: rng.gamma(*STAGE_GAMMA[s], n) for s in STAGES}
+    stages = {s: rng.gamma(*STAGE_GAMMA[case.dataset][s], n) for s in STAGES}
     for fault in case.faults:
         if fault.kind == "slowdown":
             hit = (day >= fault.onset_days) & (day < fault.end_days)
