@@ -141,7 +141,7 @@ def metrics(store: Store, service: str, *, since: datetime, until: datetime, mod
             segment: str = ALL, every: timedelta | None = None,
             group_by: Sequence[str] = ("model_version",), bucket_seconds: int | None = None) -> pd.DataFrame:
     """Per period of `every` (None: the whole range) and group, the merged bucket partials as columns:
-    requests, status counts and rates, latency quantiles in ms (total and per stage), cache hit rate,
+    period_start, period_end (longer than `every` where compacted buckets span several periods), requests, status counts and rates, latency quantiles in ms (total and per stage), cache hit rate,
     mean and p95 of each service signal. `segment`: '' (or 'all') all traffic, a segment label, or '*'
     every segment but all traffic; `group_by` picks among model_version and segment."""
     unknown = set(group_by) - {"model_version", "segment"}
@@ -153,8 +153,8 @@ def metrics(store: Store, service: str, *, since: datetime, until: datetime, mod
     rows = [{**key, **partial_metrics(part)} for key, part in groups]
     frame = pd.DataFrame(rows)
     if frame.empty:
-        return pd.DataFrame(columns=["period_start", *group_by, "requests"])
-    return _utc_columns(frame, ("period_start",))
+        return pd.DataFrame(columns=["period_start", "period_end", *group_by, "requests"])
+    return _utc_columns(frame, ("period_start", "period_end"))
 
 
 def merged_partials(store: Store, service: str, *, since: datetime, until: datetime,
@@ -162,10 +162,17 @@ def merged_partials(store: Store, service: str, *, since: datetime, until: datet
                     every: timedelta | None = None, group_by: Sequence[str] = ("model_version",),
                     bucket_seconds: int | None = None, health_only: bool = False
                     ) -> list[tuple[dict[str, Any], Partial]]:
-    """The stored partials in [since, until) merged per (period of `every`, group); keys hold period_start
-    (since when `every` is None) and the `group_by` columns. Sorted by key. `health_only`: only the counts
-    and sketches (what partial_metrics reads), decoded without the histograms: several times faster."""
+    """The stored partials with bucket_start in [since, until) merged per (period of `every`, group); keys
+    hold period_start (since when `every` is None), period_end and the `group_by` columns. Sorted by key.
+
+    Buckets of several sizes (history compacted by retention) are read together: where a coarse bucket
+    spans several periods of `every`, those periods are read as one (period_end says how far it reaches),
+    so nothing is split or counted twice. `health_only`: only the counts and sketches (what
+    partial_metrics reads), decoded without the histograms: several times faster."""
     since, until = utc(since), utc(until)
+    step = every.total_seconds() if every is not None else None
+    if step is not None and step <= 0:
+        raise QueryError(f"every must be positive, got {every}")
     query = select(BucketPartial.model_version, BucketPartial.bucket_start, BucketPartial.bucket_seconds,
                    BucketPartial.segment, BucketPartial.payload).where(
         BucketPartial.service == service, *_range(BucketPartial.bucket_start, since, until))
@@ -178,31 +185,56 @@ def merged_partials(store: Store, service: str, *, since: datetime, until: datet
     if bucket_seconds is not None:
         query = query.where(BucketPartial.bucket_seconds == bucket_seconds)
     with store.transaction() as session:
-        sizes = session.scalars(select(func.distinct(BucketPartial.bucket_seconds)).where(
-            BucketPartial.service == service, *_range(BucketPartial.bucket_start, since, until))).all()
-        if bucket_seconds is None and len(sizes) > 1:
-            # Buckets of two sizes overlap in time: merging both would count every row twice.
-            raise QueryError(f"partials of several bucket sizes are stored ({sorted(sizes)} s); pick one")
-        rows = session.execute(query).all()
-    step = every.total_seconds() if every is not None else None
-    if step is not None and step <= 0:
-        raise QueryError(f"every must be positive, got {every}")
+        rows = [(version, utc(start), int(size), seg, payload)
+                for version, start, size, seg, payload in session.execute(query)]
+    periods = _periods(since, until, step, [(start, size) for _, start, size, _, _ in rows])
     parts: dict[tuple, Any] = defaultdict(_HealthSum if health_only else list)
-    for version, start, _size, seg, payload in rows:
-        start = utc(start)
-        if step is None:
-            period = since
-        else:
-            period = start - timedelta(seconds=(start - since).total_seconds() % step)
-        key = (period,) + tuple(version if g == "model_version" else seg for g in group_by)
+    for version, start, size, seg, payload in rows:
+        key = (periods[(start, size)],) + tuple(version if g == "model_version" else seg for g in group_by)
         if health_only:
             parts[key].add(payload)
         else:
             parts[key].append(Partial.from_bytes(payload))
     out = []
     for key in sorted(parts):
-        named = {"period_start": key[0], **dict(zip(group_by, key[1:], strict=True))}
+        (first, last) = key[0]
+        named = {"period_start": first, "period_end": last, **dict(zip(group_by, key[1:], strict=True))}
         out.append((named, parts[key].partial() if health_only else merge_all(parts[key])))
+    return out
+
+
+def _periods(since: datetime, until: datetime, step: float | None, buckets: Sequence[tuple[datetime, int]]
+             ) -> dict[tuple[datetime, int], tuple[datetime, datetime]]:
+    """(bucket start, bucket seconds) -> the (start, end) of the period it is read in: the periods of `step`
+    seconds from `since` (one period from `since` when None), joined wherever a bucket runs over a period's
+    end. A period ends at the next period's start or, the last one, at `until` or its last bucket's end."""
+    if not buckets:
+        return {}
+
+    def reach(start: datetime, size: int) -> datetime:
+        return start + timedelta(seconds=size)
+
+    if step is None:
+        end = max(until, *(reach(*b) for b in buckets))
+        return dict.fromkeys(buckets, (since, end))
+    spans = []
+    for start, size in set(buckets):
+        offset = (start - since).total_seconds()
+        first = int(offset // step)
+        spans.append((first, max(first, math.ceil((offset + size) / step) - 1), start, size))
+    spans.sort()
+    runs: list[list] = []  # [first index, last index, latest bucket end, buckets]
+    for first, last, start, size in spans:
+        if not runs or first > runs[-1][1]:
+            runs.append([first, last, reach(start, size), []])
+        run = runs[-1]
+        run[1], run[2] = max(run[1], last), max(run[2], reach(start, size))
+        run[3].append((start, size))
+    out = {}
+    for first, last, latest, members in runs:
+        period = (since + timedelta(seconds=first * step),
+                  min(since + timedelta(seconds=(last + 1) * step), max(until, latest)))
+        out.update(dict.fromkeys(members, period))
     return out
 
 

@@ -48,12 +48,14 @@ def version_metrics(store: Store, service: Service, version: str, since: datetim
     n = part.rows
     out["failure_rate"] = (n - part.counts["status:ok"]) / n if n else None
     with store.transaction() as session:
-        buckets, size = session.execute(
-            select(func.count(func.distinct(BucketPartial.bucket_start)), func.max(BucketPartial.bucket_seconds))
+        # Buckets of each size counted apart: compacted history holds hours or days beside 5-minute buckets.
+        served = session.execute(
+            select(BucketPartial.bucket_seconds, func.count(func.distinct(BucketPartial.bucket_start)))
             .where(BucketPartial.service == service.name, BucketPartial.model_version == version,
                    BucketPartial.segment == ALL, BucketPartial.bucket_start >= utc(since),
-                   BucketPartial.bucket_start < utc(until), BucketPartial.rows > 0)).one()
-    hours = (buckets or 0) * (size or 0) / 3600
+                   BucketPartial.bucket_start < utc(until), BucketPartial.rows > 0)
+            .group_by(BucketPartial.bucket_seconds)).all()
+    hours = sum(size * buckets for size, buckets in served) / 3600
     out["serving_hours"] = hours
     out["throughput_rps"] = n / (hours * 3600) if hours else None
     price = service.compare.price(version)

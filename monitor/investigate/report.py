@@ -73,15 +73,17 @@ def latency_plot(metrics: pd.DataFrame, marked) -> str | None:
 
 
 def traffic_plot(metrics: pd.DataFrame, marked) -> str | None:
-    """Requests per period and the error / timeout / reject rates, per model version."""
+    """Requests per hour and the error / timeout / reject rates, per model version."""
     if metrics.empty:
         return None
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 5), sharex=True)
     for version, part in metrics.groupby("model_version"):
-        top.plot(part["period_start"], part["requests"], label=version)
+        # Per hour, not per period: a compacted stretch is read in periods longer than the rest.
+        hours = (part["period_end"] - part["period_start"]).dt.total_seconds() / 3600
+        top.plot(part["period_start"], part["requests"] / hours, label=version)
         for name in ("error_rate", "timeout_rate", "reject_rate"):
             bottom.plot(part["period_start"], part[name], label=f"{name} {version}")
-    top.set_title("requests per period", fontsize=10)
+    top.set_title("requests per hour", fontsize=10)
     bottom.set_title("failure rates (share of requests)", fontsize=10)
     for ax in (top, bottom):
         _mark(ax, marked)

@@ -1,0 +1,497 @@
+"""Evaluation cases on real public data: serving logs built from UCI data sets that River ships inside its
+wheel (read offline with `importlib.resources`, nothing downloaded), with faults injected at known times,
+then replayed by `tailwatch backfill` and scored against the ground truth written beside the logs.
+
+- `shuttle-monthly`: UCI Statlog (Shuttle), NASA shuttle sensor readings, 49,097 rows, 9 integer features,
+  binary `anomaly` target (~7% positives; River's ODDS form). A random forest, ~165 predictions a day for
+  ten months, labels 30 days late; the model stage 4x slower for two weeks from month 6, then from month 8 a
+  model version whose preprocessing zeroes `f1` (recall drops; the logged inputs are the raw requests).
+- `segment-hourly`: UCI Image Segmentation, 2,310 rows, 18 numeric features, 7 classes. ~580 requests an
+  hour for 7 days resampled from held-out rows, a 300-row reference, labels 2-6 h late; the preprocess
+  stage 3x slower for 12 hours, then a version whose preprocessing swaps the blue and green channels.
+
+Both data sets come from the UCI Machine Learning Repository under CC BY 4.0. River (BSD-3-Clause) is
+needed only to hold the files (`pip install 'river>=0.26'`, part of the `dev` extra).
+
+`build(case, out)` writes `logs/{predictions,timings,labels}/`, `reference.parquet`, `tailwatch.yaml`
+(written from docs/config.md, docs/contract.md and docs/quality.md) and `truth.json`; `run(out)` runs
+`tailwatch db upgrade`, `reference build` and `backfill` over the whole range; `score(out)` reads the
+stored verdicts and findings and judges the four criteria (docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+STAGES = ("parse", "preprocess", "model", "postprocess")
+# Stage durations (ms) as gamma (shape, scale) per stage: a CPU model served behind a small HTTP layer;
+# the image service's preprocessing extracts region features, most of its time.
+STAGE_GAMMA = {
+    "shuttle": {"parse": (2.0, 0.15), "preprocess": (3.0, 0.6), "model": (4.0, 2.0), "postprocess": (2.0, 0.1)},
+    "segment": {"parse": (2.0, 0.3), "preprocess": (4.0, 2.5), "model": (4.0, 2.0), "postprocess": (2.0, 0.1)},
+}
+TIMEOUT_MS = 1000.0
+FAIL_RATES = {"timeout": 0.004, "error": 0.002}  # of requests; they are logged, never dropped
+LABELLED_SHARE = 0.97  # requests that ever get a label
+ALERTING = ("slower", "worse", "both", "drift")  # verdicts that would alert (ModelRegression or InputDrift)
+DATASETS = {
+    "shuttle": {"file": "shuttle.csv.gz", "name": "UCI Statlog (Shuttle), ODDS binary form",
+                "url": "https://archive.ics.uci.edu/dataset/148/statlog+shuttle", "license": "CC BY 4.0"},
+    "segment": {"file": "segment.csv.zip", "name": "UCI Image Segmentation",
+                "url": "https://archive.ics.uci.edu/dataset/50/image+segmentation", "license": "CC BY 4.0"},
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected fault over [onset, end) days from the start: `slowdown` multiplies one stage's time,
+    `quality` serves `version` whose preprocessing breaks a feature (the logs keep the raw inputs)."""
+
+    kind: str  # slowdown | quality
+    onset_days: float
+    end_days: float
+    stage: str | None = None
+    factor: float | None = None
+    version: str | None = None
+    change: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One evaluation case: data set, traffic, label delay, faults and the config's windows."""
+
+    name: str
+    dataset: str
+    start: datetime
+    days: float
+    per_hour: float
+    label_delay: timedelta
+    label_jitter: timedelta
+    faults: tuple[Fault, ...]
+    version: str
+    bucket: str
+    windows: tuple[str, ...]
+    quality_windows: tuple[str, ...]
+    maturity_horizon: str
+    rules: tuple[dict, ...]
+    step: str  # the backfill clock step (daemon.interval): the smallest window
+    seed: int = 0
+
+    @property
+    def end(self) -> datetime:
+        return self.start + timedelta(days=self.days)
+
+    def at(self, days: float) -> datetime:
+        return self.start + timedelta(days=days)
+
+
+def shuttle_case(days: float = 300, label_delay_days: float = 30, slowdown: tuple[float, float] = (150, 164),
+                 quality: tuple[float, float] = (240, 285), quality_windows: tuple[str, ...] = ("7d", "30d"),
+                 name: str = "shuttle-monthly") -> Case:
+    """~165 predictions a day (the full case: ten months, labels 30 days late)."""
+    return Case(
+        name=name, dataset="shuttle", start=datetime(2026, 1, 5, tzinfo=UTC), days=days, per_hour=165 / 24,
+        label_delay=timedelta(days=label_delay_days), label_jitter=timedelta(hours=6),
+        faults=(Fault("slowdown", *slowdown, stage="model", factor=4.0),
+                Fault("quality", *quality, version="shuttle-rf-2", change="preprocessing zeroes f1")),
+        version="shuttle-rf-1", bucket="1h", windows=("1d", "7d"), quality_windows=quality_windows,
+        maturity_horizon=f"{int(label_delay_days) + 5}d",
+        rules=({"name": "anomaly recall", "metric": "recall", "class": "1", "max_drop": 0.05},),
+        step="1d")
+
+
+def segment_case(days: float = 7, slowdown: tuple[float, float] = (3 + 10 / 24, 3 + 22 / 24),
+                 quality: tuple[float, float] = (5, 6.5), name: str = "segment-hourly") -> Case:
+    """~580 requests an hour (the full case: 7 days, labels 2-6 h late)."""
+    return Case(
+        name=name, dataset="segment", start=datetime(2026, 3, 2, tzinfo=UTC), days=days, per_hour=580,
+        label_delay=timedelta(hours=2), label_jitter=timedelta(hours=4),
+        faults=(Fault("slowdown", *slowdown, stage="preprocess", factor=3.0),
+                Fault("quality", *quality, version="segment-rf-2", change="preprocessing swaps blue and green")),
+        version="segment-rf-1", bucket="5m", windows=("1h", "1d"), quality_windows=("1h", "1d"),
+        maturity_horizon="12h",
+        rules=({"name": "accuracy", "metric": "accuracy", "class": "all", "max_drop": 0.03},
+               {"name": "macro f1", "metric": "f1", "class": "macro", "max_drop": 0.05}),
+        step="1h")
+
+
+CASES = {"shuttle-monthly": shuttle_case, "segment-hourly": segment_case}
+
+
+def short_cases() -> list[Case]:
+    """The same mechanics over fewer days (what the test runs): 33 days of shuttle with labels 7 days
+    late, 24 hours of segment."""
+    return [shuttle_case(days=33, label_delay_days=7, slowdown=(9, 15), quality=(16, 33),
+                         quality_windows=("7d",), name="shuttle-short"),
+            segment_case(days=1, slowdown=(10 / 24, 15 / 24), quality=(16 / 24, 1), name="segment-short")]
+
+
+# -- data -------------------------------------------------------------------------------------------
+
+def load(dataset: str) -> tuple[pd.DataFrame, list[str], str]:
+    """(rows, feature columns, target column) of a data set River ships; ValueError without River."""
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown data set {dataset!r}; one of {sorted(DATASETS)}")
+    try:
+        files = importlib.resources.files("river.datasets")
+    except ModuleNotFoundError:
+        raise ValueError("the real-data cases read their data from River's wheel: pip install 'river>=0.26'") from None
+    with (files / DATASETS[dataset]["file"]).open("rb") as fh:
+        frame = pd.read_csv(fh, compression="gzip" if dataset == "shuttle" else "zip")
+    target = "anomaly" if dataset == "shuttle" else "category"
+    return frame, [c for c in frame.columns if c != target], target
+
+
+@dataclass
+class _Model:
+    """The served classifier and the rows it was not trained on."""
+
+    estimator: Any
+    features: list[str]
+    classes: list
+    reference: pd.DataFrame  # validation rows: features, label, prediction, scores
+    pool: pd.DataFrame  # held-out rows serving draws from: features and the true class
+
+
+def _train(case: Case) -> _Model:
+    from sklearn.ensemble import RandomForestClassifier
+
+    frame, features, target = load(case.dataset)
+    rng = np.random.default_rng(case.seed)
+    order = rng.permutation(len(frame))
+    n_train, n_ref = (6000, 3000) if case.dataset == "shuttle" else (1000, 300)
+    train = frame.iloc[order[:n_train]]
+    ref = frame.iloc[order[n_train:n_train + n_ref]].reset_index(drop=True)
+    pool = frame.iloc[order[n_train + n_ref:]].reset_index(drop=True)
+    model = RandomForestClassifier(n_estimators=100, max_depth=8 if case.dataset == "shuttle" else 10,
+                                   random_state=case.seed, n_jobs=1).fit(train[features], train[target])
+    proba = model.predict_proba(ref[features])
+    reference = ref[features].copy()
+    reference["label"] = ref[target].to_numpy()
+    reference["prediction"] = model.classes_[proba.argmax(axis=1)]
+    for i, cls in enumerate(model.classes_):
+        reference[f"score_{cls}"] = proba[:, i].round(6)
+    return _Model(model, features, list(model.classes_), reference, pool.rename(columns={target: "label"}))
+
+
+def _broken(case: Case, fault: Fault, x: pd.DataFrame) -> pd.DataFrame:
+    """What the faulty version's preprocessing hands the model."""
+    x = x.copy()
+    if case.dataset == "shuttle":
+        x["f1"] = 0
+    else:  # the colour planes read in the wrong order: blue and green swapped, raw and excess
+        for a, b in (("rawblue-mean", "rawgreen-mean"), ("exblue-mean", "exgreen-mean")):
+            x[a], x[b] = x[b].to_numpy(), x[a].to_numpy()
+    return x
+
+
+# -- logs -------------------------------------------------------------------------------------------
+
+def _arrivals(case: Case, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (epoch seconds, sorted): Poisson with a daily cycle peaking at 14:00 UTC."""
+    seconds = case.days * 86400
+    n = rng.poisson(case.per_hour * case.days * 24)
+    start = case.start.timestamp()
+    out = np.empty(0)
+    while len(out) < n:  # thinning: candidates kept with probability intensity / peak
+        t = rng.uniform(0, seconds, int(n * 1.6) + 100)
+        hour = (t / 3600) % 24
+        keep = rng.random(len(t)) < (1 + 0.5 * np.cos((hour - 14) / 24 * 2 * np.pi)) / 1.5
+        out = np.concatenate([out, t[keep]])
+    return start + np.sort(out[:n])
+
+
+def _rfc3339(epoch_s: np.ndarray) -> np.ndarray:
+    return pd.to_datetime(np.round(epoch_s * 1000).astype("int64"), unit="ms", utc=True).strftime(
+        "%Y-%m-%dT%H:%M:%S.%f").str[:-3].to_numpy(dtype=object) + "Z"
+
+
+def build(case: Case, out: Path) -> dict:
+    """Write the case's logs, reference, config and ground truth under `out`; returns the truth."""
+    out = Path(out)
+    rng = np.random.default_rng(case.seed + 1)
+    trained = _train(case)
+    ts = _arrivals(case, rng)
+    n = len(ts)
+    # Rows drawn from the held-out pool, each used once before any repeats.
+    picks = np.concatenate([rng.permutation(len(trained.pool)) for _ in range(n // len(trained.pool) + 1)])[:n]
+    rows = trained.pool.iloc[picks].reset_index(drop=True)
+    day = (ts - case.start.timestamp()) / 86400
+    version = np.full(n, case.version, dtype=object)
+    seen = rows[trained.features]
+    for fault in case.faults:
+        if fault.kind == "quality":
+            hit = (day >= fault.onset_days) & (day < fault.end_days)
+            version[hit] = fault.version
+            seen = seen.copy()
+            seen.loc[hit] = _broken(case, fault, seen.loc[hit])
+    proba = trained.estimator.predict_proba(seen[trained.features])
+    prediction = np.asarray(trained.classes, dtype=object)[proba.argmax(axis=1)]
+
+    status = np.full(n, "ok", dtype=object)
+    u = rng.random(n)
+    status[u < FAIL_RATES["timeout"]] = "timeout"
+    status[(u >= FAIL_RATES["timeout"]) & (u < FAIL_RATES["timeout"] + FAIL_RATES["error"])] = "error"
+    stages = {s: rng.gamma(*STAGE_GAMMA[case.dataset][s], n) for s in STAGES}
+    for fault in case.faults:
+        if fault.kind == "slowdown":
+            hit = (day >= fault.onset_days) & (day < fault.end_days)
+            stages[fault.stage] = np.where(hit, stages[fault.stage] * fault.factor, stages[fault.stage])
+    timeout, error = status == "timeout", status == "error"
+    stages["model"] = np.where(timeout, TIMEOUT_MS - stages["parse"] - stages["preprocess"], stages["model"])
+    for s in ("model", "postprocess"):
+        stages[s] = np.where(error, np.nan, stages[s])
+    stages["postprocess"] = np.where(timeout, np.nan, stages["postprocess"])
+    latency = np.nansum(np.column_stack([stages[s] for s in STAGES]), axis=1) + rng.gamma(2, 0.05, n)
+
+    request_id = np.array([f"{case.dataset[:3]}-{case.seed}-{i:07d}" for i in range(n)], dtype=object)
+    preds = pd.DataFrame({"request_id": request_id, "ts": _rfc3339(ts), "model_version": version,
+                          "status": status})
+    for f in trained.features:
+        preds[f] = rows[f].to_numpy()
+    ok = status == "ok"
+    preds["prediction"] = pd.array(np.where(ok, prediction, None), dtype=_class_dtype(trained.classes))
+    for i, cls in enumerate(trained.classes):
+        preds[f"score_{cls}"] = np.where(ok, proba[:, i].round(4), np.nan)
+    preds["latency_ms"] = latency.round(3)
+
+    timing = pd.DataFrame({"request_id": np.repeat(request_id, len(STAGES)),
+                           "stage": np.tile(np.array(STAGES, dtype=object), n),
+                           "duration_ms": np.column_stack([stages[s] for s in STAGES]).ravel().round(3)})
+    timing = timing[timing["duration_ms"].notna()]  # a failed request never reached its later stages
+
+    labelled = rng.random(n) < LABELLED_SHARE
+    label_ts = ts + case.label_delay.total_seconds() + rng.uniform(0, case.label_jitter.total_seconds(), n)
+    labels = pd.DataFrame({"request_id": request_id, "label": rows["label"].to_numpy(), "label_ts": label_ts})
+    labels = labels[labelled].sort_values("label_ts", kind="stable")
+
+    logs = out / "logs"
+    for kind in ("predictions", "timings", "labels"):
+        (logs / kind).mkdir(parents=True, exist_ok=True)
+    pred_day = pd.to_datetime(ts, unit="s", utc=True).strftime("%Y%m%d").to_numpy()
+    for d in np.unique(pred_day):
+        mask = pred_day == d
+        _jsonl(logs / "predictions" / f"predictions-{d}.jsonl", preds[mask])
+        ids = set(request_id[mask])
+        _jsonl(logs / "timings" / f"timings-{d}.jsonl", timing[timing["request_id"].isin(ids)])
+    label_day = pd.to_datetime(labels["label_ts"].to_numpy(), unit="s", utc=True).strftime("%Y%m%d").to_numpy()
+    labels = labels.assign(label_ts=_rfc3339(labels["label_ts"].to_numpy()))
+    for d in np.unique(label_day):
+        _jsonl(logs / "labels" / f"labels-{d}.jsonl", labels[label_day == d])
+    trained.reference.to_parquet(out / "reference.parquet", index=False)
+    (out / "tailwatch.yaml").write_text(yaml.safe_dump(config(case, trained), sort_keys=False))
+
+    truth = {
+        "case": case.name, "dataset": DATASETS[case.dataset], "seed": case.seed,
+        "start": _iso(case.start), "end": _iso(case.end), "step": case.step,
+        "healthy": [_iso(case.start), _iso(case.at(min(f.onset_days for f in case.faults)))],
+        "predictions": int(n), "labels": int(len(labels)), "timings": int(len(timing)),
+        "status": {k: int(v) for k, v in Counter(status).items()},
+        "label_delay_hours": case.label_delay.total_seconds() / 3600,
+        "reference_rows": int(len(trained.reference)),
+        "reference_accuracy": float((trained.reference["label"] == trained.reference["prediction"]).mean()),
+        "faults": [{**{k: v for k, v in asdict(f).items() if v is not None}, "onset": _iso(case.at(f.onset_days)),
+                    "end": _iso(case.at(f.end_days)),
+                    "expected": ["slower", "both"] if f.kind == "slowdown" else ["worse", "both"]}
+                   for f in case.faults],
+    }
+    served = preds.assign(label=rows["label"].to_numpy())[ok]
+    for fault in case.faults:
+        if fault.kind == "quality":
+            within = served["model_version"] == fault.version
+            truth[f"accuracy_{fault.version}"] = float((served[within]["prediction"].astype(str)
+                                                        == served[within]["label"].astype(str)).mean())
+            truth[f"accuracy_{case.version}"] = float((served[~within]["prediction"].astype(str)
+                                                       == served[~within]["label"].astype(str)).mean())
+    (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
+    return truth
+
+
+def _class_dtype(classes: list) -> str:
+    return "Int64" if all(isinstance(c, int | np.integer) for c in classes) else "object"
+
+
+def _jsonl(path: Path, frame: pd.DataFrame) -> None:
+    frame.to_json(path, orient="records", lines=True, double_precision=10)
+
+
+def _iso(ts: datetime) -> str:
+    return ts.isoformat().replace("+00:00", "Z")
+
+
+def config(case: Case, trained: _Model) -> dict:
+    """The case's tailwatch.yaml, as a user would write it from docs/config.md and docs/quality.md."""
+    classes = [str(c) for c in trained.classes]
+    schema: dict[str, Any] = {"features": dict.fromkeys(trained.features, "numeric"), "classes": classes}
+    if len(classes) == 2:
+        schema["positive_class"] = "1"
+    return {
+        "storage": {"url": "sqlite:///tailwatch.db"},
+        # daemon.interval is the backfill's clock step: one step per smallest window.
+        "daemon": {"interval": case.step, "log_format": "text", "health": {"port": None}},
+        "services": [{
+            "name": case.dataset,
+            "sources": {"predictions": {"kind": "files", "path": "./logs/predictions"},
+                        "timings": {"kind": "files", "path": "./logs/timings"},
+                        "labels": {"kind": "files", "path": "./logs/labels"}},
+            "schema": schema,
+            "reference": {"path": "./reference.parquet"},
+            "buckets": {"size": case.bucket, "windows": list(case.windows)},
+            "accepted_versions": [case.version],
+            "quality": {"windows": list(case.quality_windows), "coverage_threshold": 0.8,
+                        "maturity_horizon": case.maturity_horizon,
+                        "retention": f"{int(case.label_delay / timedelta(days=1)) + 30}d",
+                        "accepted_version": case.version, "rules": [dict(r) for r in case.rules]},
+        }],
+    }
+
+
+# -- run and score ------------------------------------------------------------------------------------
+
+def tailwatch(out: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`tailwatch --config out/tailwatch.yaml ARGS` with this Python (the code on its path)."""
+    return subprocess.run([sys.executable, "-c", "from monitor.cli import main; main()",
+                           "--config", str(Path(out) / "tailwatch.yaml"), *args],
+                          cwd=out, env={**os.environ, "COLUMNS": "160", "NO_COLOR": "1"},
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run(out: Path) -> dict[str, float]:
+    """Upgrade the database, build the reference profile and backfill the whole range; seconds per step.
+    RuntimeError naming the command when one fails."""
+    truth = json.loads((Path(out) / "truth.json").read_text())
+    seconds: dict[str, float] = {}
+    for name, args in (("db upgrade", ("db", "upgrade")), ("reference build", ("reference", "build")),
+                       ("backfill", ("backfill", "--since", truth["start"], "--until", truth["end"]))):
+        started = time.perf_counter()
+        done = tailwatch(out, *args)
+        seconds[name] = round(time.perf_counter() - started, 1)
+        if done.returncode != 0:
+            raise RuntimeError(f"`tailwatch {' '.join(args)}` exited {done.returncode}: "
+                               f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return seconds
+
+
+@dataclass
+class Criterion:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class CaseScore:
+    case: str
+    criteria: list[Criterion] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.criteria)
+
+
+def _overlaps(frame: pd.DataFrame, start: str, end: str) -> pd.Series:
+    return (frame["window_start"] < pd.Timestamp(end)) & (frame["window_end"] > pd.Timestamp(start))
+
+
+def score(out: Path) -> CaseScore:
+    """Judge the stored results of a run against `truth.json`: the four criteria of docs/evaluation.md."""
+    from monitor import query
+    from storage.store import Store
+
+    out = Path(out)
+    truth = json.loads((out / "truth.json").read_text())
+    service = yaml.safe_load((out / "tailwatch.yaml").read_text())["services"][0]["name"]
+    store = Store(f"sqlite:///{out / 'tailwatch.db'}")
+    try:
+        verdicts = query.verdicts(store, service)
+        findings = query.findings(store, service)
+        quarantine = query.quarantine(store, service, group_by=("kind", "reason"))
+        incidents = query.incidents(store, service)
+    finally:
+        store.dispose()
+    result = CaseScore(truth["case"])
+    result.facts = {"verdicts": dict(Counter(verdicts["verdict"])), "findings": len(findings),
+                    "incidents": len(incidents),
+                    "quarantined": {f"{r['kind']}:{r['reason']}": int(r["rows"]) for r in quarantine.to_dict("records")}}
+
+    for fault in truth["faults"]:
+        during = verdicts[_overlaps(verdicts, fault["onset"], fault["end"])]
+        if fault["kind"] == "slowdown":
+            slower = during[during["verdict"].isin(["slower", "both"])]
+            named = Counter(_top_stage(a) for a in slower["attribution"])
+            right = named.get(fault["stage"], 0)
+            result.criteria.append(Criterion(
+                "slowdown stage named", right > 0,
+                f"{fault['stage']} x{fault['factor']:g} {fault['onset'][:16]}..{fault['end'][:16]}: "
+                f"{len(slower)} slower/both verdicts, stages named {dict(named) or 'none'}"))
+        else:
+            version = fault["version"]
+            mine = findings[_overlaps(findings, fault["onset"], fault["end"]) & (findings["model_version"] == version)]
+            accept = mine[mine["check"] == "acceptance"]
+            breaches = accept[accept["status"] == "breach"]
+            worse = during[during["verdict"].isin(["worse", "both"]) & (during["model_version"] == version)
+                           & (during["estimated"] == False)]  # noqa: E712 (a column, not a bool)
+            scored = mine[mine["check"] == "quality"]
+            result.criteria.append(Criterion(
+                "quality change found from labels", len(breaches) > 0 or len(worse) > 0,
+                f"{version} ({fault['change']}): {len(breaches)} acceptance breaches of {len(accept)}, "
+                f"{len(worse)} confirmed worse verdicts, {len(scored)} quality findings "
+                f"({int((scored['status'] == 'ok').sum())} with a value)"))
+
+    h0, h1 = truth["healthy"]
+    healthy = verdicts[(verdicts["window_start"] >= pd.Timestamp(h0)) & (verdicts["window_end"] <= pd.Timestamp(h1))]
+    alarms = healthy[healthy["verdict"].isin(ALERTING)]
+    lengths = Counter(f"{v}@{_length(e - s)}" for v, s, e in
+                      zip(alarms["verdict"], alarms["window_start"], alarms["window_end"], strict=True))
+    result.criteria.append(Criterion(
+        "no false alarm in the healthy range", alarms.empty,
+        f"{h0[:16]}..{h1[:16]}: {len(alarms)} alerting verdicts of {len(healthy)} "
+        f"{dict(lengths.most_common(6)) or ''}".strip()))
+
+    valued = findings[findings["value"].notna()]
+    missing = valued[valued["n"].isna() | valued["interval_low"].isna() | valued["interval_high"].isna()]
+    result.criteria.append(Criterion(
+        "every finding with a value has n and an interval", len(valued) > 0 and missing.empty,
+        f"{len(missing)} of {len(valued)} lack one; by check: "
+        f"{dict(Counter(missing['check']).most_common(8)) if len(missing) else '-'}"))
+    return result
+
+
+def _top_stage(attribution: Any) -> str | None:
+    if not isinstance(attribution, dict):
+        return None
+    stages = attribution.get("stages") or {}
+    return attribution.get("top_stage") or (max(stages, key=stages.get) if stages else None)
+
+
+def _length(delta: pd.Timedelta) -> str:
+    hours = delta / pd.Timedelta(hours=1)
+    return f"{hours / 24:g}d" if hours >= 24 else f"{hours:g}h"
+
+
+def table(scores: list[CaseScore]) -> str:
+    """The scores as a plain-text table, one block per case."""
+    lines = []
+    for s in scores:
+        lines.append(f"{s.case}: {'PASS' if s.passed else 'FAIL'}")
+        for c in s.criteria:
+            lines.append(f"  [{'pass' if c.passed else 'MISS'}] {c.name}: {c.detail}")
+        lines.append(f"  verdicts {s.facts.get('verdicts')}, findings {s.facts.get('findings')}, "
+                     f"incidents {s.facts.get('incidents')}")
+        lines.append(f"  quarantined {s.facts.get('quarantined') or '{}'}")
+    return "\n".join(lines)
