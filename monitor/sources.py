@@ -166,6 +166,7 @@ class DirectorySource:
         pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tailwatch-parse",
                                   initializer=lambda: own.add(threading.get_ident()))
         try:
+            saved: set[str] = set()  # keys whose state a batch carried
             listed, skipped = self._listing()
             for path, why in skipped:
                 yield self._problem(path, why)
@@ -180,34 +181,47 @@ class DirectorySource:
                     plans.append(self._plan(path, st, key, offsets))
                 except OSError as exc:
                     yield self._problem(path, _os_error(exc))
-            small: list[_Plan] = []
-            held = [0, 0]  # bytes and lines of `small`
-            for plan in _claim(plans, offsets):
-                size = self._small_size(plan)
-                if size is not None:
-                    if small and (len(small) >= _SMALL_FILES or _group(small[0]) != _group(plan)
-                                  or held[0] + size[0] > self.limits.chunk_bytes
-                                  or held[1] + size[1] > self.limits.chunk_rows):
-                        yield from self._small_batches(small, pool)
-                        small, held = [], [0, 0]
-                    small.append(plan)
-                    held = [held[0] + size[0], held[1] + size[1]]
-                    continue
-                if small:
-                    yield from self._small_batches(small, pool)
-                    small = []
-                try:
-                    yield from self._read_file(plan, offsets, pool)
-                except OSError as exc:
-                    yield self._problem(plan.path, _os_error(exc))
-            if small:
-                yield from self._small_batches(small, pool)
+            claimed = _claim(plans, offsets)
+            for batch in self._read_claimed(claimed, offsets, pool):
+                saved.update(s.file_key for s in batch.offsets)
+                yield batch
+            # A file whose state changed without a row to read (a compressed rotation or a copy that holds
+            # nothing new, a rename, a longer fingerprint) keeps it: next time it is known as itself.
+            for plan in claimed:
+                if plan.key not in saved and plan.state != offsets.get(plan.key):
+                    yield Batch(self.name, plan.path.name, _empty_frame(), [], plan.state, plan.events)
         finally:
             # The caller stopped early or a parse failed: blocks still queued are dropped, running ones
             # (a block each) are waited for, so no thread outlives the read. Closed on one of its own
             # threads (the garbage collector runs wherever it is triggered), the read cannot wait for that
             # thread: the others end after their block.
             pool.shutdown(wait=threading.get_ident() not in own, cancel_futures=True)
+
+    def _read_claimed(self, claimed: list[_Plan], offsets: dict[str, OffsetState],
+                      pool: ThreadPoolExecutor) -> Iterator[Batch]:
+        """The batches of the files to read, small files together."""
+        small: list[_Plan] = []
+        held = [0, 0]  # bytes and lines of `small`
+        for plan in claimed:
+            size = self._small_size(plan)
+            if size is not None:
+                if small and (len(small) >= _SMALL_FILES or _group(small[0]) != _group(plan)
+                              or held[0] + size[0] > self.limits.chunk_bytes
+                              or held[1] + size[1] > self.limits.chunk_rows):
+                    yield from self._small_batches(small, pool)
+                    small, held = [], [0, 0]
+                small.append(plan)
+                held = [held[0] + size[0], held[1] + size[1]]
+                continue
+            if small:
+                yield from self._small_batches(small, pool)
+                small = []
+            try:
+                yield from self._read_file(plan, offsets, pool)
+            except OSError as exc:
+                yield self._problem(plan.path, _os_error(exc))
+        if small:
+            yield from self._small_batches(small, pool)
 
     def _problem(self, path: Path, why: str) -> Batch:
         """A file that could not be read: one `source_error` reject with its path and the OS error."""
@@ -422,12 +436,12 @@ def _claim(plans: list[_Plan], offsets: dict[str, OffsetState]) -> list[_Plan]:
             if mine is not None:
                 plan.events.append("truncated" if _shrunk(plan, mine) else "replaced")
             fresh.append(plan)
+    # Every stored state, those continued by their own file too: a copy of a file read this time waits.
     lengths: dict[int, dict[str, OffsetState]] = {}
-    for key, state in offsets.items():
-        if state.fingerprint and not state.fingerprint.startswith(_ROWS) and key not in taken:
+    for state in offsets.values():
+        if state.fingerprint and not state.fingerprint.startswith(_ROWS):
             lengths.setdefault(_fp_len(state.fingerprint), {})[state.fingerprint] = state
-    rows_fp = {s.fingerprint: s for k, s in offsets.items() if s.fingerprint and s.fingerprint.startswith(_ROWS)
-               and k not in taken}
+    rows_fp = {s.fingerprint: s for s in offsets.values() if s.fingerprint and s.fingerprint.startswith(_ROWS)}
     out = []
     for plan in plans:
         if plan.claims is None:
@@ -460,18 +474,21 @@ def _fresh(plan: _Plan) -> OffsetState:
 
 
 def _shrunk(plan: _Plan, state: OffsetState) -> bool:
-    return plan.path.suffix != ".gz" and plan.fmt != "parquet" and plan.stat.st_size < state.offset
+    """Shorter than the offset read: truncated (a Parquet file only while it has no footer: emptied)."""
+    if plan.path.suffix == ".gz" or plan.fmt == "parquet" and plan.parquet is not None:
+        return False
+    return plan.stat.st_size < state.offset
 
 
 def _continues(plan: _Plan, state: OffsetState) -> bool:
     """Whether the file at a stored state's inode is still the file read (grown, or renamed), not a new one."""
+    if _shrunk(plan, state):
+        return False
     if plan.fmt == "parquet":
         plan.fingerprint = _parquet_fingerprint(plan.parquet) if plan.parquet is not None else None
         if plan.fingerprint is None or not state.fingerprint or not state.fingerprint.startswith(_ROWS):
             return plan.fingerprint is None or state.fingerprint is None or plan.stat.st_size >= (state.size or 0)
         return plan.fingerprint == state.fingerprint and plan.parquet.metadata.num_rows >= state.line
-    if _shrunk(plan, state):
-        return False
     if not state.fingerprint or state.fingerprint.startswith(_ROWS):
         return True
     n = _fp_len(state.fingerprint)

@@ -311,6 +311,14 @@ def _convert(s: pd.Series, typ: str, timezone: str | None = None) -> tuple[pd.Se
             return (s.astype(float), np.zeros(len(s), bool)) if typ == "fnum" else (
                 s.map({True: "true", False: "false"}).astype(object), np.zeros(len(s), bool))
         raw = s.to_numpy(dtype=object)
+        if typ == "fnum" and (s.dtype == object or pd.api.types.is_string_dtype(s)):
+            # CSV writes a boolean as text: `true` / `false` count as 1 / 0 for a numeric feature.
+            text = s.astype(str).str.strip().str.lower()
+            words = text.isin(("true", "false")).to_numpy() & present
+            if words.any():
+                raw = raw.copy()
+                raw[words] = (text[words] == "true").to_numpy()
+                s = pd.Series(raw, index=s.index, dtype=object)
         flags = np.array([isinstance(v, bool | np.bool_) for v in raw], dtype=bool) if s.dtype == object else None
         if flags is not None and flags.any():
             rest, bad = _convert(s.where(~flags), "num" if typ == "fnum" else "str")

@@ -89,11 +89,14 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
     latency_ms), keeping those at or above `min_ms`; and how the matching requests split by dimension."""
     now = now or datetime.now(UTC)
     schema = service.schema_
-    shown_schema = schema if features else Schema(segments=schema.segments, signals=schema.signals)
-    wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | (set(schema.features) if features else set())
+    # Features are read and checked even when not shown: a row the tick quarantines for one is left out here.
+    wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | set(schema.features)
     skipped: Counter = Counter()
     preds = _read(service.sources.predictions, f"{service.name}/predictions", RecordKind.predictions,
-                  shown_schema, limits, wanted, now, skipped)
+                  schema, limits, wanted, now, skipped)
+    if not features:
+        hidden = [c for c in schema.features if c not in SHOWN and c not in schema.segments and c not in schema.signals]
+        preds = preds.drop(columns=hidden, errors="ignore")
     if preds.empty:
         return _empty(stage, min_ms, skipped)
     ts = preds["ts"]
