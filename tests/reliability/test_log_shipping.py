@@ -95,9 +95,9 @@ def test_copytruncate_of_a_csv_with_a_long_header_rewritten_past_the_old_offset(
     header = ",".join(["request_id", "ts", "model_version", "status", "tenure", "Contract", *extra]) + "\n"
     assert len(header) >= 256
 
-    def csv_rows(start, n):
-        return "".join(f"{r['request_id']},{r['ts']},v1,ok,{r['tenure']},{r['Contract']}," + ",".join("x" * len(extra))
-                       + "\n" for r in map(valid_row, range(start, start + n)))
+    def csv_rows(start, n, fill="x"):
+        return "".join(f"{r['request_id']},{r['ts']},v1,ok,{r['tenure']},{r['Contract']},"
+                       + ",".join([fill] * len(extra)) + "\n" for r in map(valid_row, range(start, start + n)))
 
     live = logs / "a.csv"
     live.write_text(header + csv_rows(0, 500))
@@ -108,9 +108,11 @@ def test_copytruncate_of_a_csv_with_a_long_header_rewritten_past_the_old_offset(
     shutil.copyfile(live, logs / "a.csv.1")  # logrotate copytruncate: copy, then truncate in place
     with open(live, "r+") as fh:
         fh.truncate(0)
-    live.write_text(header + csv_rows(10_000, 1200))  # rewritten larger than the old offset before the next tick
+    # Rewritten larger than the old offset before the next tick (longer rows: the old offset falls mid-row).
+    live.write_text(header + csv_rows(10_000, 1200, fill="yyy"))
     assert live.stat().st_size > offset
     reports = run(cfg, store, ticks=2, start=1)
+    assert reports[0].read["predictions"] == 100 + 1200 and reports[1].read["predictions"] == 0
     assert not quarantine(store)
     assert stored_rows(store) == 600 + 1200
     assert sum(r.duplicates for r in reports) == 0
