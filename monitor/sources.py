@@ -49,6 +49,7 @@ _WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while
 _CHUNKS_AHEAD = 2
 _SCAN_BYTES = 64 << 10  # bytes per numpy call when scanning a buffer (see _scan)
 _BOM = b"\xef\xbb\xbf"
+_ROTATED = re.compile(r"(\.\d+)?(\.gz)?$")
 # Deeper JSON is quarantined as oversize_field (see _parse_json_lines); real records nest 2-3 levels.
 MAX_JSON_DEPTH = 64
 # pyarrow parsed 4,000 levels and crashed the process at 10,000 (on a thread, pyarrow 26): a line shorter
@@ -85,10 +86,14 @@ class Batch:
 
 def file_format(path: Path, declared: str) -> str:
     """jsonl / csv / parquet / otlp for a file, from the config or from its name."""
+    return _format_of(path.name, declared)
+
+
+def _format_of(name: str, declared: str) -> str:
     if declared != "auto":
         return declared
     # Rotated copies keep their type: app.jsonl.1, app.jsonl.2.gz.
-    name = re.sub(r"(\.\d+)?(\.gz)?$", "", path.name.lower())
+    name = _ROTATED.sub("", name.lower())
     if name.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     if name.endswith((".csv", ".tsv")):
@@ -102,7 +107,8 @@ def file_format(path: Path, declared: str) -> str:
 class _Plan:
     """One file of a listing: where it is, what it is, and the state its read starts from."""
 
-    path: Path
+    where: str  # its path as listed (a Path is made only for the files read on their own)
+    name: str
     stat: os.stat_result
     key: str
     fmt: str
@@ -115,6 +121,14 @@ class _Plan:
     parquet: pq.ParquetFile | None = None
     error: str | None = None  # why a Parquet file could not be opened
 
+    @property
+    def path(self) -> Path:
+        return Path(self.where)
+
+    @property
+    def gz(self) -> bool:
+        return self.name.endswith(".gz")
+
 
 class DirectorySource:
     """A directory of growing files, each known by its identity (device, inode and a fingerprint of its
@@ -126,37 +140,46 @@ class DirectorySource:
     def files(self) -> list[Path]:
         """Matching files, oldest first (mtime, then name); links leaving the directory left out unless
         the source follows them."""
-        return [path for path, _ in self._listing()[0]]
+        found = []
+        for path, name, _ in self._listing()[0]:
+            try:
+                found.append((os.stat(path).st_mtime_ns, name, Path(path)))
+            except OSError:
+                continue
+        return [path for _, _, path in sorted(found, key=lambda f: f[:2])]
 
-    def _listing(self) -> tuple[list[tuple[Path, os.stat_result]], list[tuple[Path, str]]]:
-        """(path, stat) of each matching regular file, oldest first, one stat each; and the names left out
-        with the reason (a link out of the directory, a file that vanished or cannot be stat'ed)."""
+    def _listing(self) -> tuple[list[tuple[str, str, bool]], list[tuple[Path, str]]]:
+        """(path, name, is a link) of each matching regular file (or link to one), in directory order; and
+        the names left out with the reason (a link out of the directory, a link that cannot be followed).
+        No file but a link is stat'ed here: a file's one stat is the `fstat` of its read."""
         root, pattern = self.config.path, self.config.pattern
         real_root = os.path.realpath(root)
-        found: list[tuple[Path, os.stat_result]] = []
+        found: list[tuple[str, str, bool]] = []
         skipped: list[tuple[Path, str]] = []
         if "/" in pattern or "**" in pattern:
-            entries = [(p, p.is_symlink()) for p in root.glob(pattern)]
+            entries = [(str(p), p.name, p.is_symlink(), p.is_file()) for p in root.glob(pattern)]
         else:
-            # One directory read and one stat per file: os.scandir knows which entries are links for free.
+            # One directory read: os.scandir knows which entries are links and which are files for free.
             match = re.compile(fnmatch.translate(pattern)).match
             with os.scandir(root) as it:
-                entries = [(Path(e.path), e.is_symlink()) for e in it if match(e.name)]
-        for path, link in entries:
-            if link and not self.config.follow_links:
-                target = os.path.realpath(path)
-                if os.path.commonpath([real_root, target]) != real_root:
-                    skipped.append((path, f"a link out of the source directory, not followed: {target}"))
+                entries = [(e.path, e.name, e.is_symlink(), e.is_file(follow_symlinks=False))
+                           for e in it if match(e.name)]
+        for path, name, link, regular in entries:
+            if link:
+                if not self.config.follow_links:
+                    target = os.path.realpath(path)
+                    if os.path.commonpath([real_root, target]) != real_root:
+                        skipped.append((Path(path), f"a link out of the source directory, not followed: {target}"))
+                        continue
+                try:
+                    regular = stat.S_ISREG(os.stat(path).st_mode)
+                except FileNotFoundError:
+                    continue  # a dangling link points nowhere: nothing to read
+                except OSError as exc:
+                    skipped.append((Path(path), _os_error(exc)))
                     continue
-            try:
-                st = os.stat(path)
-            except OSError as exc:
-                if not (link and isinstance(exc, FileNotFoundError)):
-                    skipped.append((path, _os_error(exc)))
-                continue  # a dangling link points nowhere: nothing to read
-            if stat.S_ISREG(st.st_mode):
-                found.append((path, st))
-        found.sort(key=lambda f: (f[1].st_mtime_ns, f[0].name))
+            if regular:
+                found.append((path, name, link))
         return found, skipped
 
     def read(self, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
@@ -172,15 +195,17 @@ class DirectorySource:
                 yield self._problem(path, why)
             plans: list[_Plan] = []
             keys: set[str] = set()
-            for path, st in listed:
-                key = f"{st.st_dev}:{st.st_ino}"
-                if key in keys:
-                    continue  # another name (a link) of a file already listed: one read per identity
-                keys.add(key)
+            for path, name, _ in listed:
                 try:
-                    plans.append(self._plan(path, st, key, offsets))
-                except OSError as exc:
-                    yield self._problem(path, _os_error(exc))
+                    plan = self._plan(path, name)
+                except OSError as exc:  # unreadable, or vanished since the listing
+                    yield self._problem(Path(path), _os_error(exc))
+                    continue
+                if plan.key in keys:
+                    continue  # another name (a link) of a file already read: one read per identity
+                keys.add(plan.key)
+                plans.append(plan)
+            plans.sort(key=lambda p: (p.stat.st_mtime_ns, p.name))  # oldest first
             claimed = _claim(plans, offsets)
             for batch in self._read_claimed(claimed, offsets, pool):
                 saved.update(s.file_key for s in batch.offsets)
@@ -189,7 +214,7 @@ class DirectorySource:
             # nothing new, a rename, a longer fingerprint) keeps it: next time it is known as itself.
             for plan in claimed:
                 if plan.key not in saved and plan.state != offsets.get(plan.key):
-                    yield Batch(self.name, plan.path.name, _empty_frame(), [], plan.state, plan.events)
+                    yield Batch(self.name, plan.name, _empty_frame(), [], plan.state, plan.events)
         finally:
             # The caller stopped early or a parse failed: blocks still queued are dropped, running ones
             # (a block each) are waited for, so no thread outlives the read. Closed on one of its own
@@ -228,22 +253,25 @@ class DirectorySource:
         reject = Reject(str(path), Reason.source_error, excerpt(why))
         return Batch(self.name, path.name, _empty_frame(), [reject], None, [])
 
-    def _plan(self, path: Path, st: os.stat_result, key: str, offsets: dict[str, OffsetState]) -> _Plan:
-        """Read the file's first bytes (all of a small file) once: its fingerprint, and its rows if small."""
-        fmt = file_format(path, self.config.format)
-        gz = path.suffix == ".gz"
-        if fmt == "parquet":
-            with open(path, "rb") as fh:  # an unreadable file raises OSError here, as every other format's does
-                # A compressed rotation is decompressed in memory: Parquet needs random access.
-                source = pa.BufferReader(gzip.decompress(fh.read())) if gz else str(path)
-            try:
-                pf = _open_parquet(source)
-            except (pa.ArrowInvalid, OSError, EOFError, zlib.error) as exc:
-                # No footer yet (still being written), or not Parquet at all: see _read_parquet.
-                return _Plan(path, st, key, fmt, b"", False, None, error=str(exc))
-            return _Plan(path, st, key, fmt, b"", False, None, parquet=pf)
-        head, whole = _head(path, st.st_size, gz)
-        return _Plan(path, st, key, fmt, head, whole, _fingerprint_of(head))
+    def _plan(self, path: str, name: str) -> _Plan:
+        """Open the file once: its identity (fstat), its first bytes (all of a small file) for its fingerprint,
+        and its rows if small. OSError when it cannot be opened or read."""
+        fmt = _format_of(name, self.config.format)
+        gz = name.endswith(".gz")
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            key = f"{st.st_dev}:{st.st_ino}"
+            if fmt != "parquet":
+                head, whole = _head(fh, st.st_size, gz)
+                return _Plan(path, name, st, key, fmt, head, whole, _fingerprint_of(head))
+            # A compressed rotation is decompressed in memory: Parquet needs random access.
+            source = pa.BufferReader(gzip.decompress(fh.read())) if gz else path
+        try:
+            pf = _open_parquet(source)
+        except (pa.ArrowInvalid, OSError, EOFError, zlib.error) as exc:
+            # No footer yet (still being written), or not Parquet at all: see _read_parquet.
+            return _Plan(path, name, st, key, fmt, b"", False, None, error=str(exc))
+        return _Plan(path, name, st, key, fmt, b"", False, None, parquet=pf)
 
     def _small_size(self, plan: _Plan) -> tuple[int, int] | None:
         """Bytes and lines left to read in a file held whole, when they fit in one batch (else None)."""
@@ -294,13 +322,13 @@ class DirectorySource:
                 body, base = body[body.index(b"\n") + 1:], base + 1
             if not cut:
                 continue
-            names.append(plan.path.name)
+            names.append(plan.name)
             starts.append(total)
             bases.append(base)
             parts.append(body)
             total += body.count(b"\n")
-            states.append(replace(state, offset=state.offset + cut, line=state.line + lines,
-                                  size=state.offset + cut))
+            states.append(OffsetState(state.file_key, state.path, state.offset + cut, state.line + lines,
+                                      state.cursor, state.fingerprint, state.offset + cut))
         if not states:
             return
         buf = b"".join(parts)
@@ -451,15 +479,17 @@ def _claim(plans: list[_Plan], offsets: dict[str, OffsetState]) -> list[_Plan]:
             if match is not None:
                 plan.claims = match.file_key
                 taken.add(match.file_key)
-                plan.events.append(f"continues {Path(match.path).name}")
-                plan.state = replace(match, file_key=plan.key, path=str(plan.path))
-            elif plan.path.suffix == ".gz" and not plan.whole and len(plan.head) < _MAX_FP:
+                plan.events.append(f"continues {os.path.basename(match.path)}")
+                plan.state = replace(match, file_key=plan.key, path=plan.where)
+            elif plan.gz and not plan.whole and len(plan.head) < _MAX_FP:
                 continue  # a compressed copy still being written: its start may yet match a file read before
             else:
                 plan.state = _fresh(plan)
         else:
-            plan.state = replace(offsets[plan.key], path=str(plan.path))
-        if plan.fingerprint is not None:
+            own = offsets[plan.key]
+            plan.state = OffsetState(own.file_key, plan.where, own.offset, own.line, own.cursor, own.fingerprint,
+                                     own.size)
+        if plan.fingerprint is not None and plan.fingerprint != plan.state.fingerprint:
             plan.state = replace(plan.state, fingerprint=plan.fingerprint)
         out.append(plan)
     return out
@@ -469,13 +499,12 @@ _ROWS = "rows"  # prefix of a Parquet fingerprint: a hash of its first row, not 
 
 
 def _fresh(plan: _Plan) -> OffsetState:
-    return OffsetState(file_key=plan.key, path=str(plan.path), offset=0, line=0, cursor=None,
-                       fingerprint=plan.fingerprint, size=plan.stat.st_size)
+    return OffsetState(plan.key, plan.where, 0, 0, None, plan.fingerprint, plan.stat.st_size)
 
 
 def _shrunk(plan: _Plan, state: OffsetState) -> bool:
     """Shorter than the offset read: truncated (a Parquet file only while it has no footer: emptied)."""
-    if plan.path.suffix == ".gz" or plan.fmt == "parquet" and plan.parquet is not None:
+    if plan.gz or plan.fmt == "parquet" and plan.parquet is not None:
         return False
     return plan.stat.st_size < state.offset
 
@@ -509,7 +538,7 @@ def _match(plan: _Plan, lengths: dict[int, dict[str, OffsetState]],
             continue
         state = lengths[n].get(_hash(plan.head[:n]))
         # A plain copy holds at least the bytes read from the file it copies; a .gz's size says nothing.
-        if state is not None and (plan.path.suffix == ".gz" or plan.stat.st_size >= state.offset):
+        if state is not None and (plan.gz or plan.stat.st_size >= state.offset):
             return state
     return None
 
@@ -541,32 +570,30 @@ def _parquet_fingerprint(pf: pq.ParquetFile) -> str | None:
     return f"{_ROWS}1:{hashlib.sha1(json.dumps(row.to_pylist(), default=str, sort_keys=True).encode()).hexdigest()}"
 
 
-def _head(path: Path, size: int, gz: bool) -> tuple[bytes, bool]:
+def _head(fh, size: int, gz: bool) -> tuple[bytes, bool]:
     """The first _MAX_FP bytes of a file (decompressed for .gz), and whether that is all of it (for .gz: every
     member read to its end)."""
     if not gz:
-        with open(path, "rb") as fh:
-            head = fh.read(min(size, _MAX_FP) + 1)
+        head = fh.read(min(size, _MAX_FP) + 1)
         return head[:_MAX_FP], len(head) <= _MAX_FP
     parts: list[bytes] = []
     got, partial = 0, False
-    with open(path, "rb") as fh:
-        decomp = zlib.decompressobj(wbits=47)
-        data = b""
-        while got <= _MAX_FP:
+    decomp = zlib.decompressobj(wbits=47)
+    data = b""
+    while got <= _MAX_FP:
+        if not data:
+            data = fh.read(1 << 16)
             if not data:
-                data = fh.read(1 << 16)
-                if not data:
-                    break
-            piece = decomp.decompress(data, _MAX_FP + 1 - got)
-            parts.append(piece)
-            got += len(piece)
-            partial = True
-            if decomp.eof:  # concatenated gzip members
-                data, partial = decomp.unused_data, False
-                decomp = zlib.decompressobj(wbits=47)
-            else:
-                data = decomp.unconsumed_tail
+                break
+        piece = decomp.decompress(data, _MAX_FP + 1 - got)
+        parts.append(piece)
+        got += len(piece)
+        partial = True
+        if decomp.eof:  # concatenated gzip members
+            data, partial = decomp.unused_data, False
+            decomp = zlib.decompressobj(wbits=47)
+        else:
+            data = decomp.unconsumed_tail
     head = b"".join(parts)
     return head[:_MAX_FP], got <= _MAX_FP and not partial
 
