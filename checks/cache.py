@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check
-from checks.stats import wilson
+from checks.base import Finding, check, widen
+from checks.stats import mover, wilson
 from monitor.partials import CACHE_STATES, STALE, Partial
 from monitor.profile import Profile
 
 
 @dataclass(frozen=True)
 class CacheThreshold:
-    """Breach when the window's hit rate is, with 95% confidence, more than `max_drop` below baseline."""
+    """Breach when the window's hit rate is, with 95% confidence, more than `max_drop` below baseline: the
+    interval of the difference (Newcombe's, from both rates' Wilson intervals) lies below -max_drop."""
 
     max_drop: float = 0.05  # absolute, share of lookups
     min_n: int = 100  # lookups (hits + misses) below which the check says 'insufficient'
@@ -41,14 +42,20 @@ def _hit_rate(window: Partial, baseline: Partial | None, params: CacheThreshold,
     value = hits / n if n else None
     base = b_hits / b_n if b_n else None
     low, high = wilson(hits, n)
-    if n < params.min_n or b_n < params.min_n:
+    # The baseline is an estimate too; hit rates that vary between its buckets more than chance carry less.
+    spread = widen(baseline, hit_key)
+    diff = mover(value, (low, high), base, wilson(b_hits / spread, b_n / spread)) \
+        if value is not None and base is not None else None
+    if n < params.min_n or b_n < params.min_n or diff is None:
         status = "insufficient"
     else:
-        status = "breach" if high < base - params.max_drop else "ok"
+        status = "breach" if diff[1] < -params.max_drop else "ok"
     return [Finding("cache_hit_rate", labels, value, status, n, baseline=base,
                     effect=None if value is None or base is None else value - base,
-                    interval=(low, high) if n else None, detail={"hits": hits, "misses": misses,
-                                                                 "baseline_lookups": b_n})]
+                    interval=(low, high) if n else None,
+                    detail={"hits": hits, "misses": misses, "baseline_lookups": b_n,
+                            "baseline_interval": list(wilson(b_hits / spread, b_n / spread)) if b_n else None,
+                            "difference_interval": None if diff is None else list(diff)})]
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,15 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
+from scipy.optimize import brentq
 
 from checks.base import Finding
-from checks.stats import wilson
+from checks.stats import Z95, bh, mover, wilson
 
 MISS = "(failed)"  # the prediction of a failed request counted as a miss: no class, always wrong
 AVERAGES = ("macro", "weighted")
@@ -167,6 +168,19 @@ def _all_stats(W: np.ndarray, data: Labelled, positive: str | None, bins: int,
     return out
 
 
+def _percentile(draws: list[np.ndarray], samples: int,
+                bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """95% percentile interval of bootstrap draws. When fewer than half of them (or 10) are defined (a
+    class absent from most resamples), the metric's whole range `bounds`: the data cannot narrow it
+    (unbounded metrics: the defined draws' percentiles). None without a defined draw."""
+    d = np.concatenate(draws)
+    d = d[np.isfinite(d)]
+    if len(d) >= max(10, samples // 2) or (bounds is None and len(d)):
+        lo, hi = np.percentile(d, [2.5, 97.5])
+        return float(lo), float(hi)
+    return bounds
+
+
 WILSON = {"precision": "pred", "recall": "support", "accuracy": "n"}  # proportions: Wilson, of this count
 
 
@@ -196,7 +210,8 @@ def measure(data: Labelled, positive: str | None, bins: int = 10, samples: int =
             if ci is not None:
                 detail = {"positives": int(T[np.isfinite(data.proba).all(axis=1), ci].sum())}
         elif ci is not None:
-            count = int({"precision": pred, "recall": sup, "f1": sup}[metric][ci])
+            # F1 rests on the rows labelled or predicted as the class (a class never labelled still has one).
+            count = int({"precision": pred, "recall": sup, "f1": sup + pred - tp}[metric][ci])
             detail = {"tp": int(tp[ci]), "support": int(sup[ci]), "predicted": int(pred[ci])}
         else:
             count, detail = n, {}
@@ -205,11 +220,7 @@ def measure(data: Labelled, positive: str | None, bins: int = 10, samples: int =
             k = tp[ci] if ci is not None else tp.sum()
             interval = wilson(float(k), float(count)) if count else None
         elif value is not None and boot.get((metric, key)):
-            draws = np.concatenate(boot[(metric, key)])
-            draws = draws[np.isfinite(draws)]
-            if len(draws) >= max(10, samples // 2):
-                lo, hi = np.percentile(draws, [2.5, 97.5])
-                interval = (float(lo), float(hi))
+            interval = _percentile(boot[(metric, key)], samples, None if metric == "log_loss" else (0.0, 1.0))
         out.append(Measure(metric, cls, value, count, interval, detail))
     return out
 
@@ -286,10 +297,7 @@ def estimate(y_pred: np.ndarray, proba: np.ndarray, classes: Sequence[str], samp
     for (metric, key), v in point.items():
         interval = None
         if draws[(metric, key)] and not math.isnan(v[0]):
-            d = np.concatenate(draws[(metric, key)])
-            d = d[np.isfinite(d)]
-            if len(d) >= max(10, samples // 2):
-                interval = tuple(float(x) for x in np.percentile(d, [2.5, 97.5]))
+            interval = _percentile(draws[(metric, key)], samples, (0.0, 1.0))
         cls = classes[key] if isinstance(key, int) else key
         detail = {"expected_support": float(sup[key])} if isinstance(key, int) else {}
         out.append(Measure(metric, cls, None if math.isnan(v[0]) else float(v[0]), n, interval, detail))
@@ -333,7 +341,8 @@ def bias_finding(predicted: np.ndarray, labelled: np.ndarray, classes: Sequence[
     """`label_bias`: do labels arrive at different rates per class? Value: the largest gap between the
     labelled shares of predicted classes; p-value of the chi-square test of labelled x class. Breach
     when p < 0.001 and the gap exceeds `tolerance`, with every compared class at `min_n` or more.
-    `expected_share` (calibrated scores, all predictions) is set beside the labels' class shares."""
+    `expected_share` (calibrated scores, all predictions) is set beside the labels' class shares.
+    Interval: Newcombe's, of the difference between the two extreme classes' shares."""
     rows = [(c, int((predicted == c).sum()), int(labelled[predicted == c].sum())) for c in classes]
     rows = [r for r in rows if r[1] >= min_n]
     shares = {c: k / n for c, n, k in rows}
@@ -342,35 +351,116 @@ def bias_finding(predicted: np.ndarray, labelled: np.ndarray, classes: Sequence[
         extra["expected_class_share"] = dict(expected_share)
     if len(rows) < 2:
         return Finding("label_bias", {}, None, "insufficient", int(len(predicted)), detail=extra)
-    gap = max(shares.values()) - min(shares.values())
+    (_, n_hi, k_hi), (_, n_lo, k_lo) = max(rows, key=lambda r: r[2] / r[1]), min(rows, key=lambda r: r[2] / r[1])
+    gap = k_hi / n_hi - k_lo / n_lo
+    interval = mover(k_hi / n_hi, wilson(k_hi, n_hi), k_lo / n_lo, wilson(k_lo, n_lo))
     table = np.array([[k, n - k] for _, n, k in rows], dtype=float)
     p = 1.0 if (table.sum(axis=0) == 0).any() else float(sps.chi2_contingency(table, correction=False).pvalue)
     status = "breach" if p < LABELS_BIAS_ALPHA and gap > tolerance else "ok"
-    return Finding("label_bias", {}, gap, status, int(sum(r[1] for r in rows)), effect=gap, p_value=p, detail=extra)
+    return Finding("label_bias", {}, gap, status, int(sum(r[1] for r in rows)), effect=gap, interval=interval,
+                   p_value=p, detail=extra)
 
 
 # -- acceptance rules ------------------------------------------------------------------------------
 
 
-def acceptance_finding(rule: Any, group: str, observed: Finding | None, baseline: float | None,
-                       baseline_from: str, min_n: int) -> Finding:
-    """One rule on one group: breach only when n >= `min_n` and the whole 95% interval lies past the
-    tolerance (below baseline - max_drop, or below min); `insufficient` without a value, interval or
-    (for max_drop) baseline."""
+def acceptance_finding(rule: Any, group: str, observed: Finding | None, baseline: Finding | Measure | None,
+                       baseline_from: str, min_n: int, alpha: float = 0.05) -> Finding:
+    """One rule on one group, two estimates: the window's figure against its baseline (the reference's or
+    the accepted version's figure, each with its n and 95% interval). A max_drop rule breaches when the
+    drop value - baseline is below -max_drop beyond both uncertainties, a min rule when the figure is
+    below min beyond its own: p_value (the level at which the two-sided interval of the difference
+    reaches the tolerance) below `alpha`. `insufficient` below `min_n`, or without a value, interval or
+    (for max_drop) a baseline with an interval. control_fdr re-decides a family of these."""
     name = rule.name or f"{rule.metric}:{rule.class_}:{rule.group}"
     labels = {"rule": name, "metric": rule.metric, "class": rule.class_, "group": group}
-    floor = rule.min if rule.min is not None else (None if baseline is None else baseline - rule.max_drop)
-    detail = {"baseline_from": baseline_from, "floor": floor, "max_drop": rule.max_drop, "min": rule.min}
-    if observed is None or observed.value is None or observed.interval is None or floor is None \
-            or observed.n < min_n:
-        why = ("no such figure" if observed is None else "n below min_n" if observed.n < min_n
-               else "no baseline" if floor is None else "undefined or no interval")
-        return Finding("acceptance", labels, None if observed is None else observed.value, "insufficient",
-                       0 if observed is None else observed.n, baseline, detail={**detail, "why": why})
-    status = "breach" if observed.interval[1] < floor else "ok"
-    effect = None if baseline is None else observed.value - baseline
-    return Finding("acceptance", labels, observed.value, status, observed.n, baseline, effect, observed.interval,
-                   detail={**detail, **{k: v for k, v in observed.detail.items() if k == "failed_as_miss"}})
+    base = None if baseline is None or baseline.value is None else baseline
+    floor = rule.min if rule.min is not None else (None if base is None else base.value - rule.max_drop)
+    detail: dict[str, Any] = {
+        "baseline_from": baseline_from, "floor": floor, "max_drop": rule.max_drop, "min": rule.min,
+        "baseline_n": None if base is None else base.n,
+        "baseline_interval": None if base is None or base.interval is None else list(base.interval)}
+    value = None if observed is None else observed.value
+    why = ("no such figure" if observed is None else "n below min_n" if observed.n < min_n
+           else "undefined or no interval" if value is None or observed.interval is None
+           else "no baseline" if rule.min is None and base is None
+           else "baseline has no interval" if rule.min is None and base.interval is None else None)
+    if why is not None:
+        return Finding("acceptance", labels, value, "insufficient", 0 if observed is None else observed.n,
+                       None if base is None else base.value, interval=None if observed is None else observed.interval,
+                       detail={**detail, "why": why})
+    assert observed is not None and value is not None
+    own = _bounds(observed, rule.metric, rule.class_)
+    if rule.min is None:
+        assert base is not None
+        other = _bounds(base, rule.metric, rule.class_)
+        tolerance = -rule.max_drop
+
+        def diff(z: float) -> tuple[float, float]:
+            return mover(value, own(z), base.value, other(z))
+    else:
+        tolerance = 0.0
+
+        def diff(z: float) -> tuple[float, float]:
+            lo, hi = own(z)
+            return lo - rule.min, hi - rule.min
+    p = _p_beyond(lambda z: diff(z)[1], tolerance)
+    status = "breach" if p < alpha else "ok"
+    detail |= {"difference": diff(0.0)[1], "difference_interval": list(diff(Z95)), "tolerance": tolerance,
+               "method": _method(rule.metric, rule.class_, rule.min is None)}
+    detail |= {k: v for k, v in observed.detail.items() if k == "failed_as_miss"}
+    effect = None if base is None else value - base.value
+    return Finding("acceptance", labels, value, status, observed.n, None if base is None else base.value, effect,
+                   observed.interval, p, detail)
+
+
+def wilson_figure(metric: str, cls: str) -> bool:
+    """Whether the figure is a proportion with a Wilson interval (see `measure`)."""
+    return metric in WILSON and cls not in AVERAGES
+
+
+def _method(metric: str, cls: str, two: bool) -> str:
+    if wilson_figure(metric, cls):
+        return "newcombe" if two else "wilson"
+    return "mover-bootstrap" if two else "bootstrap"
+
+
+def _bounds(figure: Finding | Measure, metric: str, cls: str):
+    """The figure's two-sided interval as a function of z (z = 1.96: its 95% interval): Wilson's from its
+    count for a proportion, else its bootstrap interval's halves scaled by z / 1.96 (normal tails)."""
+    value, (lo, hi), n = figure.value, figure.interval, figure.n
+    if wilson_figure(metric, cls) and n > 0:
+        k = value * n  # the proportion's count (precision of the predicted, recall of the support, accuracy)
+        return lambda z: wilson(k, n, z)
+    return lambda z: (value - (value - lo) * z / Z95, value + (hi - value) * z / Z95)
+
+
+def _p_beyond(upper, tolerance: float, z_max: float = 40.0) -> float:
+    """Two-sided p-value of 'the quantity is below `tolerance`' from its interval's upper end as a
+    function of z: 2 * P(Z > z*) where upper(z*) = tolerance; 1 when the point itself is not below."""
+    if upper(0.0) >= tolerance:
+        return 1.0
+    if upper(z_max) < tolerance:
+        return float(2 * sps.norm.sf(z_max))
+    z = float(brentq(lambda x: upper(x) - tolerance, 0.0, z_max, xtol=1e-9))
+    return min(1.0, float(2 * sps.norm.sf(z)))
+
+
+def control_fdr(findings: list[Finding], q: float) -> list[Finding]:
+    """Re-decide a family of acceptance findings by Benjamini-Hochberg at false discovery rate `q`:
+    breach when the adjusted p-value is below q. Insufficient findings are left as they are and do not
+    count in the family; detail gains `p_adjusted`, `fdr_q` and `family` (the decisions adjusted together)."""
+    tested = [i for i, f in enumerate(findings) if f.status != "insufficient" and f.p_value is not None]
+    adjusted = dict(zip(tested, bh([findings[i].p_value for i in tested]), strict=True))
+    out = []
+    for i, f in enumerate(findings):
+        if i not in adjusted:
+            out.append(f)
+            continue
+        status = "breach" if adjusted[i] < q else "ok"
+        out.append(replace(f, status=status,
+                           detail={**f.detail, "p_adjusted": adjusted[i], "fdr_q": q, "family": len(tested)}))
+    return out
 
 
 # -- two versions on the same requests -------------------------------------------------------------
@@ -411,11 +501,8 @@ def compare_versions(a: Labelled, b: Labelled, pred_a_all: np.ndarray, pred_b_al
     for metric, key in keys:
         v = point.get((metric, key), np.array([np.nan]))[0]
         interval = None
-        if draws[(metric, key)]:
-            d = np.concatenate(draws[(metric, key)])
-            d = d[np.isfinite(d)]
-            if len(d) >= max(10, samples // 2):
-                interval = tuple(float(x) for x in np.percentile(d, [2.5, 97.5]))
+        if draws[(metric, key)] and not math.isnan(v):
+            interval = _percentile(draws[(metric, key)], samples, (-1.0, 1.0))
         cls = classes[key] if isinstance(key, int) else key
         out.append(Measure(metric, cls, None if math.isnan(v) else float(v), n, interval, dict(flips)))
     return out

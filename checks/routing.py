@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.base import Finding, check
-from checks.stats import wilson
+from checks.stats import quantile_ranks, wilson
 from monitor.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
 from monitor.profile import Profile
 
@@ -57,14 +57,32 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
                 others = others.merge(sk)
         q = params.quantile
         value, base = mine.quantile(q), others.quantile(q)
+        (lo, hi, confidence), (b_lo, b_hi, b_confidence) = _bounds(mine, q), _bounds(others, q)
         need = int(round(params.tail_samples / (1 - q))) if q < 1 else 1 << 62
         if mine.count < need or others.count < need or value is None or base is None:
             status = "insufficient"
         else:
-            slower = value > base * params.max_ratio and value - base > params.min_delta_ms
+            # Both quantiles are estimates: slower only when the busiest value's lower bound clears the
+            # others' upper bound by the ratio and the delta.
+            slower = lo > b_hi * params.max_ratio and lo - b_hi > params.min_delta_ms
             status = "breach" if slower else "ok"
         out.append(Finding("hotspot", {"field": name, "measure": "latency"}, value, status, mine.count,
                            baseline=base, effect=value / base if value is not None and base else None,
+                           interval=None if lo is None else (lo, hi),
                            detail={"value": busiest, "unit": "ms", "quantile": q, "others_n": others.count,
-                                   "needed_n": need}))
+                                   "needed_n": need, "interval_confidence": confidence,
+                                   "baseline_interval": None if b_lo is None else [b_lo, b_hi],
+                                   "baseline_interval_confidence": b_confidence}))
     return out
+
+
+def _bounds(sketch: Sketch, q: float) -> tuple[float | None, float | None, float | None]:
+    """Distribution-free bounds of the sketch's q-quantile (order statistics by binomial ranks, read from
+    the sketch within its 1% relative accuracy) and their confidence: 95%, or less when too few values
+    let a bound go past the smallest or largest. (None, None, None) when empty."""
+    ranks = quantile_ranks(q, sketch.count)
+    if ranks is None:
+        return None, None, None
+    lo, hi, confidence = ranks
+    last = max(sketch.count - 1, 1)
+    return sketch.quantile(lo / last), sketch.quantile(hi / last), confidence

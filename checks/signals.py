@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.base import Finding, check
-from checks.stats import welch_p
+from checks.stats import Z95, mean_interval, welch_p
 from monitor.partials import Partial, Sketch
 from monitor.profile import Profile
 
@@ -33,7 +33,8 @@ def service_signal(window: Partial, profile: Profile | None, baseline: Partial |
                    params: SignalThreshold) -> list[Finding]:
     """Mean of each signal (its own unit) vs the trailing baseline mean; effect = relative change.
 
-    p95 of both in detail. 'insufficient' without a baseline with enough values.
+    p95 of both in detail; interval: Student-t of the mean (the baseline's in detail). 'insufficient'
+    without a baseline with enough values.
     """
     keys = sorted(k for k in window.sketches.keys() | (baseline.sketches.keys() if baseline else set())
                   if k.startswith(PREFIX))
@@ -54,7 +55,21 @@ def service_signal(window: Partial, profile: Profile | None, baseline: Partial |
             moved = moved and (d is None and value != base or d is not None and abs(d) >= params.min_effect_sd)
             status = "breach" if moved and p < params.alpha else "ok"
         out.append(Finding("service_signal", {"signal": key.removeprefix(PREFIX)}, value, status, w.count,
-                           baseline=base, effect=rel, p_value=p,
+                           baseline=base, effect=rel, interval=_interval(w, b), p_value=p,
                            detail={"p95": w.quantile(0.95), "baseline_p95": b.quantile(0.95),
-                                   "baseline_n": b.count, "effect_sd": d}))
+                                   "baseline_n": b.count, "effect_sd": d,
+                                   "baseline_interval": _interval(b, Sketch())}))
     return out
+
+
+def _interval(w: Sketch, b: Sketch) -> tuple[float, float] | None:
+    """Student-t 95% interval of the window's mean; of a single value, the normal interval its baseline's
+    spread gives it. None without a value, or a single one without a baseline spread."""
+    if w.mean is None:
+        return None
+    if w.count >= 2:
+        return mean_interval(w.mean, w.var, w.count)
+    if b.var is None:
+        return None
+    half = Z95 * b.var ** 0.5
+    return w.mean - half, w.mean + half

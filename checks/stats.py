@@ -23,6 +23,35 @@ def wilson(k: float, n: float, z: float = Z95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def mover(value: float, interval: tuple[float, float], base: float,
+          base_interval: tuple[float, float]) -> tuple[float, float]:
+    """Interval of the difference value - base of two independent estimates, from each one's own interval
+    (MOVER, Zou & Donner 2008): with Wilson intervals it is Newcombe's hybrid score interval."""
+    (lo, hi), (b_lo, b_hi) = interval, base_interval
+    d = value - base
+    return d - math.hypot(value - lo, b_hi - base), d + math.hypot(hi - value, base - b_lo)
+
+
+def mean_interval(mean: float, var: float | None, n: int) -> tuple[float, float] | None:
+    """Student-t 95% interval of a mean from its sample variance; None below two values."""
+    if var is None or n < 2:
+        return None
+    half = float(stats.t.ppf(0.975, n - 1)) * math.sqrt(var / n)
+    return mean - half, mean + half
+
+
+def quantile_ranks(q: float, n: int) -> tuple[int, int, float] | None:
+    """0-based ranks (lo, hi) of the order statistics bracketing the q-quantile (0 < q < 1) of n values
+    with 95% confidence (distribution-free, from the binomial), and the confidence they reach: below 95%
+    when n is too small and a bound is the smallest or largest value. None when n is 0."""
+    if n < 1 or not 0 < q < 1:
+        return None
+    # The (j+1)-th smallest value lies below the quantile unless at most j values do: P(B <= j), B ~ Bin(n, q).
+    lo = max(int(stats.binom.ppf(0.025, n, q)) - 1, 0)
+    hi = min(int(stats.binom.ppf(0.975, n, q)), n - 1)
+    return lo, hi, float(stats.binom.cdf(hi, n, q) - stats.binom.cdf(lo, n, q))
+
+
 def dispersion(pairs: list[tuple[int, int]]) -> float:
     """How many times more a rate varies between buckets than independent draws would: Pearson chi-square
     of the (k, n) buckets over its degrees of freedom (the quasi-binomial scale), at least 1. 1 with

@@ -11,6 +11,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from monitor import config as config_mod
@@ -148,8 +149,10 @@ def db_upgrade() -> None:
     """Apply the schema migrations to the configured database."""
     cfg = load_config()
     store = open_store(cfg, check_schema=False)
-    store.upgrade()
+    notes = store.upgrade(sql_role=cfg.storage.query_sql.role)
     out.print(f"database at revision {store.current_revision()} (head {store.head_revision()})")
+    for note in notes:
+        err.print(f"[yellow]warning:[/] {note}", highlight=False)
 
 
 @db_app.command("current")
@@ -406,40 +409,73 @@ def alerts_list(
     now: Annotated[str | None, typer.Option(help="The clock for silences (RFC 3339); default: now.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
-    """List active (pending and firing) alerts with their verdict, since when, and what mutes them."""
+    """List active (pending and firing) alerts with their verdict, since when, what mutes them, and whether
+    their notifications went out."""
     from sqlalchemy import select
 
     from monitor.alerts import Alert, muted_by
-    from storage.models import AlertState
+    from monitor.notify import undeliverable
+    from storage.models import AlertState, Outbox
 
     cfg = load_config()
     store = open_store(cfg)
     clock = parse_now(now)
+    why = undeliverable(cfg)
     with store.transaction() as session:
         rows = list(session.scalars(select(AlertState).order_by(AlertState.service, AlertState.alertname)))
         silences = store.load_silences(session, clock)
         incidents = store.load_incidents(session, status="open")
+        by_group = {i["fingerprint"]: i["id"] for i in incidents}
+        items = session.execute(select(Outbox.incident_id, Outbox.status, Outbox.last_error).where(
+            Outbox.incident_id.in_(list(by_group.values()))).order_by(Outbox.id)).all() if by_group else []
+    outbox: dict[int, list] = {}
+    for incident_id, status, last_error in items:
+        outbox.setdefault(incident_id, []).append((status, last_error))
     alerts = [Alert(r.fingerprint, dict(r.labels or {}), r.state, r.active_since, r.fired_at, r.resolved_at,
                     r.last_active_at, r.last_eval_at, dict(r.annotations or {})) for r in rows]
     firing = [a for a in alerts if a.state == "firing"]
     shown = [a for a in alerts if show_all or a.state in ("pending", "firing")]
+    groups = {r.fingerprint: r.group_fingerprint for r in rows}
     records = [{"fingerprint": a.fingerprint, "state": a.state, "labels": a.labels,
                 "since": (a.fired_at or a.active_since or a.resolved_at), "summary": a.annotations.get("summary", ""),
-                "muted": muted_by(a, firing, silences, cfg.alerts, clock)} for a in shown]
+                "muted": muted_by(a, firing, silences, cfg.alerts, clock),
+                "delivery": _delivery(cfg, why, outbox.get(by_group.get(groups.get(a.fingerprint)), []))}
+               for a in shown]
     if fmt == "json":
-        print(json.dumps({"alerts": records, "open_incidents": incidents}, indent=2, default=str))
+        print(json.dumps({"alerts": records, "open_incidents": incidents, "notifications_undeliverable": why or None},
+                         indent=2, default=str))
         return
     table = Table(title=f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))")
-    for col in ("state", "alert", "labels", "since (UTC)", "muted", "summary"):
+    for col in ("state", "alert", "labels", "since (UTC)", "muted", "notified", "summary"):
         table.add_column(col, overflow="fold")
     for r in records:
         labels = {k: v for k, v in r["labels"].items() if k != "alertname"}
         since = r["since"].strftime("%Y-%m-%d %H:%M") if r["since"] else "-"
-        table.add_row(r["state"], r["labels"].get("alertname", ""), " ".join(f"{k}={v}" for k, v in sorted(labels.items())),
-                      since, r["muted"] or "", r["summary"])
+        delivery = f"[red]{escape(r['delivery'])}[/]" if r["delivery"].startswith("UNDELIVERABLE") else escape(r["delivery"])
+        table.add_row(escape(r["state"]), escape(r["labels"].get("alertname", "")),
+                      escape(" ".join(f"{k}={v}" for k, v in sorted(labels.items()))), since,
+                      escape(r["muted"] or ""), delivery, escape(r["summary"]))
     out.print(table)
+    if why:
+        err.print(f"[red]error:[/] notifications undeliverable: {escape(why)}", highlight=False)
     if not shown:
         out.print("[green]no active alerts[/]")
+
+
+def _delivery(cfg, why: str, items: list[tuple[str, str | None]]) -> str:
+    """What became of an alert's notifications: its incident's outbox items (oldest first), or why none can
+    be sent."""
+    pending = sum(status == "pending" for status, _ in items)
+    if cfg.alerts.slack is None:
+        return "not configured"
+    if why:
+        return f"UNDELIVERABLE{f' ({pending} waiting)' if pending else ''}: {why}"
+    failed = [error for status, error in items if status == "failed"]
+    if failed:
+        return f"failed: {failed[-1] or 'error'}"
+    if pending:
+        return f"pending ({pending})"
+    return "sent" if items else "-"
 
 
 @silence_app.command("create")
@@ -520,9 +556,11 @@ def notify_drain(
     store = open_store(cfg)
     report = drain(cfg, store, parse_now(now))
     out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
-              + (f" ({report.note})" if report.note else ""), highlight=False)
+              + (f" ({report.note})" if report.note and not report.undeliverable else ""), highlight=False)
     for line in report.errors:
         err.print(f"[yellow]-[/] {line}", highlight=False)
+    if report.undeliverable:
+        fail(f"notifications undeliverable: {escape(report.undeliverable)}")
     if report.failed:
         raise typer.Exit(1)
 

@@ -27,6 +27,8 @@ from pydantic import (
 )
 from sqlalchemy.engine import make_url
 
+from monitor.classes import class_name
+
 DEFAULT_PATH = "tailwatch.yaml"
 ENV_CONFIG = "TAILWATCH_CONFIG"
 
@@ -192,6 +194,36 @@ class Schema(_Model):
     score_columns: dict[str, str] = Field(default_factory=dict)
     signals: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _class_names(cls, raw: Any) -> Any:
+        """Classes, the positive class and score_columns' keys named as labels and predictions are
+        (monitor.classes); a class whose name differs from how it is written keeps its score column
+        `score_<as written>`."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("classes", []), list):
+            return raw
+        written = raw.get("classes", [])
+        # Only scalars are named; anything else is left for the field's own type error.
+        classes = [class_name(c) if isinstance(c, str | int | float) else c for c in written]
+        if any(c is None for c in classes):
+            raise ValueError(f"classes: an empty or missing class name in {written}")
+        if not all(isinstance(c, str) for c in classes):
+            return raw
+        if len(set(classes)) < len(classes):
+            raise ValueError(f"classes: {written} name the same class twice (1, 1.0, \"1\" and true/True "
+                             "are one class each)")
+        raw = dict(raw, classes=classes)
+        scores = raw.get("score_columns", {})
+        if isinstance(scores, dict):
+            scores = {class_name(k, classes) if isinstance(k, str | int | float) else k: v for k, v in scores.items()}
+            for text, name in zip(written, classes, strict=True):
+                if isinstance(text, str) and text.strip() != name:
+                    scores.setdefault(name, f"score_{text.strip()}")
+            raw["score_columns"] = scores
+        if isinstance(raw.get("positive_class"), str | int | float):
+            raw["positive_class"] = class_name(raw["positive_class"], classes)
+        return raw
+
     @model_validator(mode="after")
     def _consistent(self) -> Schema:
         if self.positive_class is not None and self.positive_class not in self.classes:
@@ -258,7 +290,8 @@ def expression_columns(expression: str) -> set[str]:
 
 class QualityRule(_Model):
     """One acceptance rule: `metric` of `class` in `group` drops by at most `max_drop` from its baseline,
-    or stays at or above `min`; it breaches only when the whole 95% interval is past the tolerance."""
+    or stays at or above `min`; it breaches only when the drop is past the tolerance beyond the uncertainty
+    of both the window's figure and its baseline's (see docs/quality.md)."""
 
     name: str | None = None
     metric: Literal["precision", "recall", "f1", "accuracy", "roc_auc", "pr_auc"]
@@ -266,6 +299,12 @@ class QualityRule(_Model):
     group: str = "all"  # a group name, `all`, or `*` (every group: "each key group stays above its floor")
     max_drop: float | None = Field(None, ge=0)
     min: float | None = None
+
+    @field_validator("class_", mode="before")
+    @classmethod
+    def _class_name(cls, value: Any) -> Any:
+        name = class_name(value) if isinstance(value, str | int | float) else None
+        return value if name is None else name
 
     @model_validator(mode="after")
     def _one_tolerance(self) -> QualityRule:
@@ -287,6 +326,10 @@ class Quality(_Model):
     accepted_version: str | None = None  # baseline of acceptance rules when it scored the same window
     failed_as_miss: bool = False  # labelled failed / timed-out / rejected requests count as wrong predictions
     rules: list[QualityRule] = Field(default_factory=list)
+    # False discovery rate of acceptance breaches per `fdr_period` of each window length: a window's decisions
+    # (versions x rules x classes x groups) are Benjamini-Hochberg adjusted at fdr_q x window / fdr_period.
+    fdr_q: float = Field(0.05, gt=0, lt=1)
+    fdr_period: Duration = timedelta(days=1)
     bootstrap_samples: int = Field(200, ge=20, le=5000)
     seed: int = 0
     calibration_bins: int = Field(10, ge=2, le=100)
@@ -301,6 +344,13 @@ class Quality(_Model):
             if name in ("all", "*") or "=" in name:
                 raise ValueError(f"group name {name!r} is reserved (all, *, or a segment's `column=value`)")
             expression_columns(expression)
+        return value
+
+    @field_validator("fdr_period")
+    @classmethod
+    def _period(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("fdr_period must be positive")
         return value
 
     @field_validator("length_buckets")
@@ -425,12 +475,33 @@ class Service(_Model):
             raise ValueError(f"quality.length_buckets: {bad} are not text features ({texts})")
         if self.sources.labels is None:
             raise ValueError("quality needs sources.labels")
+        classes = self.schema_.classes
+        if classes:
+            rules = [r if class_name(r.class_, classes) == r.class_ else r.model_copy(
+                update={"class_": class_name(r.class_, classes)}) for r in self.quality.rules]
+            unknown = sorted({r.class_ for r in rules} - set(classes) - {"macro", "weighted", "all"})
+            if unknown:
+                raise ValueError(f"quality.rules: classes {unknown} are not among schema.classes {classes}")
+            if rules != self.quality.rules:
+                return self.model_copy(update={"quality": self.quality.model_copy(update={"rules": rules})})
         return self
+
+
+class QuerySql(_Model):
+    """How `tailwatch query sql` reaches the store. On PostgreSQL it connects as `role`, a role with SELECT
+    on tailwatch's tables and nothing else (`tailwatch db upgrade` creates it and grants that; see
+    docs/operations.md), and refuses a superuser or a role that can run server functions. `timeout`
+    bounds one statement on either backend."""
+
+    role: str = Field("tailwatch_reader", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    password: Secret | None = None  # the role's password, when the server asks for one
+    timeout: Duration = Field(timedelta(seconds=30), gt=timedelta(0))
 
 
 class Storage(_Model):
     url: str = Field("sqlite:///tailwatch.db", validate_default=True)
     password: Secret | None = None
+    query_sql: QuerySql = Field(default_factory=QuerySql)
 
     @field_validator("url")
     @classmethod
@@ -663,7 +734,7 @@ class Config(_Model):
         return value
 
     def warnings(self) -> list[str]:
-        secrets = [self.storage.password] + [
+        secrets = [self.storage.password, self.storage.query_sql.password] + [
             src.password for svc in self.services for src in svc.sources.__dict__.values() if isinstance(src, SqlSource)
         ]
         # --- reliability and security (issue 9): Slack and redacted secrets are checked too ---

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from monitor import jobs, leader, scheduler
 from monitor.config import Config
 from monitor.health import Health, Metrics, serve
+from monitor.notify import undeliverable
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ class Daemon:
         self.config, self.store, self.instance = config, store, instance
         d = config.daemon
         self.metrics = Metrics()
-        self.health = Health(store, d.heartbeat_max_age.total_seconds(), self.metrics)
+        self.health = Health(store, d.heartbeat_max_age.total_seconds(), self.metrics,
+                             notifications=lambda: undeliverable(config))
         self.lock = leader.for_store(store, d.lock_key)
         self.fenced = leader.Fenced(store, self.lock)  # what the jobs write through
         self.stop = threading.Event()
@@ -154,6 +156,10 @@ class Daemon:
             signal.signal(signal.SIGINT, self.request_stop)
         if d.health.port is not None:
             self.server = serve(self.health, d.health.host, d.health.port)
+        why = self.health.check_notifications()
+        if why:
+            # The daemon still runs (alerts are tracked and wait in the outbox), but says it at once.
+            log.error("notifications undeliverable: %s", why, extra={"reason": why})
         self.health.beat()
         notify(f"READY=1\nSTATUS=waiting for the leader lock ({self.lock.kind})\nMAINPID={os.getpid()}")
         beat_every = min(d.heartbeat_interval.total_seconds(), watchdog_interval() or float("inf"))

@@ -1,5 +1,5 @@
-"""Health and metrics over HTTP: `/livez` (heartbeat age), `/readyz` (database reachable, schema current),
-`/metrics` (Prometheus text format), from a small server on a background thread."""
+"""Health and metrics over HTTP: `/livez` (heartbeat age), `/readyz` (database reachable, schema current,
+notifications deliverable), `/metrics` (Prometheus text format), from a small server on a background thread."""
 
 from __future__ import annotations
 
@@ -49,16 +49,22 @@ class Metrics:
         self.job_missed = Counter("tailwatch_job_missed", "Scheduled runs missed or skipped.", ["job"], registry=r)
         self.heartbeat = Gauge("tailwatch_heartbeat_timestamp_seconds", "Unix time of the last heartbeat.",
                                registry=r)
+        self.undeliverable = Gauge("tailwatch_notifications_undeliverable",
+                                   "1 while notifications are configured but cannot be delivered (a Slack secret "
+                                   "missing or unreadable; /readyz says why), else 0.", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 class Health:
-    """What the probes read: the last heartbeat (monotonic clock) and the store."""
+    """What the probes read: the last heartbeat (monotonic clock), the store, and `notifications`, which
+    says why notifications cannot be delivered ('' when they can)."""
 
-    def __init__(self, store: Store, max_age_s: float, metrics: Metrics) -> None:
+    def __init__(self, store: Store, max_age_s: float, metrics: Metrics,
+                 notifications: Callable[[], str] | None = None) -> None:
         self.store, self.max_age_s, self.metrics = store, max_age_s, metrics
+        self.notifications = notifications
         self._beat = time.monotonic()
         self._lock = threading.Lock()
 
@@ -75,12 +81,22 @@ class Health:
         return ok, f"heartbeat {age:.1f}s ago (limit {self.max_age_s:g}s)"
 
     def ready(self) -> tuple[bool, str]:
-        """Ready when the database answers and its schema is this code's head revision."""
+        """Ready when the database answers, its schema is this code's head revision, and the configured
+        notifications can be delivered."""
         try:
             self.store.ensure_current()
         except Exception as exc:  # StoreError / SchemaError / driver errors: all mean "not ready"
             return False, str(exc) if isinstance(exc, StoreError) else self.store._scrub(exc)
+        why = self.check_notifications()
+        if why:
+            return False, f"database reachable, schema current; notifications undeliverable: {why}"
         return True, "database reachable, schema current"
+
+    def check_notifications(self) -> str:
+        """Why notifications cannot be delivered ('' when they can), kept in the metric as well."""
+        why = self.notifications() if self.notifications is not None else ""
+        self.metrics.undeliverable.set(1 if why else 0)
+        return why
 
 
 def serve(health: Health, host: str, port: int) -> ThreadingHTTPServer:

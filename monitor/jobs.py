@@ -21,7 +21,7 @@ from monitor.alerts import after_tick
 from monitor.config import Config
 from monitor.health import Metrics
 from monitor.nightly import run_nightly
-from monitor.notify import drain
+from monitor.notify import drain, undeliverable
 from monitor.profile import stored_profile
 from monitor.runner import TickReport, tick
 from monitor.windows import score, store_scored, windows_for
@@ -154,7 +154,9 @@ def _observe(report: TickReport, store: Store, now: datetime, metrics: Metrics |
 
 
 def _gauges(config: Config, store: Store, now: datetime, metrics: Metrics) -> None:
-    """Lag, outbox depth and firing alerts, read from the store after each tick."""
+    """Lag, outbox depth and firing alerts, read from the store after each tick; whether notifications
+    can be delivered."""
+    metrics.undeliverable.set(1 if undeliverable(config) else 0)
     try:
         with store.transaction() as session:
             for service in config.services:

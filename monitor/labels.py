@@ -14,6 +14,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from monitor.classes import class_names
 from monitor.config import Service, expression_columns
 from monitor.contract import Reason, Reject, excerpt
 from monitor.profile import lengths
@@ -71,8 +72,8 @@ def scored_rows(frame: pd.DataFrame, service: Service) -> list[dict]:
               for c in schema.classes if schema.score_column(c) in frame}
     attrs = attr_frame(frame, service)
     attr_records = attrs.to_dict("records") if len(attrs.columns) else [None] * len(frame)
-    pred = frame["prediction"].astype(object).where(frame["prediction"].notna(), None).to_numpy() \
-        if "prediction" in frame else [None] * len(frame)
+    pred = class_names(frame["prediction"], schema.classes).to_numpy() if "prediction" in frame \
+        else [None] * len(frame)
     ts = frame["ts"].to_numpy(dtype=object)  # Timestamps: Store converts them to plain UTC datetimes
     ids, versions, status = (frame[c].astype(object).to_numpy() for c in ("request_id", "model_version", "status"))
     out = []
@@ -82,7 +83,7 @@ def scored_rows(frame: pd.DataFrame, service: Service) -> list[dict]:
         if rec is not None:
             rec = {k: _plain(v) for k, v in rec.items() if _plain(v) is not None}
         out.append({"request_id": str(ids[i]), "model_version": str(versions[i]), "ts": ts[i],
-                    "status": str(status[i]), "prediction": None if pred[i] is None else str(pred[i]),
+                    "status": str(status[i]), "prediction": pred[i],
                     "scores": row_scores or None, "attrs": rec or None})
     return out
 
@@ -98,21 +99,22 @@ def _plain(value):
 
 
 def label_batch(accepted: pd.DataFrame, service: Service) -> LabelBatch:
-    """Accepted label rows as dicts in arrival (line) order; a label that is not a declared class is
-    refused as `unknown_label` (when classes are declared)."""
+    """Accepted label rows as dicts in arrival (line) order, labels as class names (monitor.classes); a
+    label that is not a declared class is refused as `unknown_label` (when classes are declared)."""
     if accepted is None or accepted.empty:
         return LabelBatch([], [])
     classes = set(service.schema_.classes)
     rows, rejects = [], []
     has_ts = "label_ts" in accepted
-    for i, (rid, label) in enumerate(zip(accepted["request_id"].astype(object), accepted["label"].astype(object),
-                                         strict=True)):
-        if classes and label not in classes:
-            rejects.append(Reject(f"{accepted['_source'].iat[i]}:{accepted[LINE].iat[i]}", Reason.unknown_label,
+    names = class_names(accepted["label"], service.schema_.classes)
+    for i, (rid, label) in enumerate(zip(accepted["request_id"].astype(object), names, strict=True)):
+        if label is None or (classes and label not in classes):
+            reason = Reason.missing_field if label is None else Reason.unknown_label
+            rejects.append(Reject(f"{accepted['_source'].iat[i]}:{accepted[LINE].iat[i]}", reason,
                                   excerpt(f'{{"request_id": "{rid}", "label": "{label}"}}')))
             continue
         ts = accepted["label_ts"].iat[i] if has_ts else None
-        rows.append({"request_id": str(rid), "label": str(label),
+        rows.append({"request_id": str(rid), "label": label,
                      "label_ts": None if ts is None or pd.isna(ts) else ts.to_pydatetime()})
     return LabelBatch(rows, rejects)
 

@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from monitor.classes import class_names
 from monitor.config import Schema
 
 N_BINS = 10  # quantile bins per numeric field and text length
@@ -154,8 +155,10 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
         return frame[name] if name in frame else pd.Series([None] * n, dtype=object)
 
     fields = {name: _profile(col(name), kind) for name, kind in schema.features.items()}
-    prediction = _profile(col("prediction"), "categorical") if "prediction" in frame else None
-    label = _profile(col("label"), "categorical") if "label" in frame else None
+    # Labels and predictions are profiled by class name, as serving rows are validated (1.0, "1" are 1).
+    prediction = _profile(class_names(col("prediction"), schema.classes), "categorical") if "prediction" in frame \
+        else None
+    label = _profile(class_names(col("label"), schema.classes), "categorical") if "label" in frame else None
     scores = {c: _profile(col(schema.score_column(c)), "numeric")
               for c in schema.classes if schema.score_column(c) in frame}
     input_tokens = _profile(frame["input_tokens"], "numeric") if "input_tokens" in frame else None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,7 @@ from checks.quality import (
     bias_finding,
     compare_versions,
     confusion,
+    control_fdr,
     coverage_findings,
     estimate,
     estimate_findings,
@@ -33,7 +34,9 @@ from checks.quality import (
     quality_findings,
     score_classes,
     seed_of,
+    wilson_figure,
 )
+from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
 from monitor.labels import ALL_GROUP, attr_frame, groups
 from monitor.windows import floor_to
@@ -63,6 +66,7 @@ class Reference:
 
     values: dict[tuple[str, str, str], float]
     calibrators: dict[str, object]  # class -> fitted IsotonicRegression on the reference's labels
+    measures: dict[tuple[str, str, str], Measure] = field(default_factory=dict)  # values with n and interval
 
 
 def windows_holding(times: list[datetime], sizes: list[timedelta], now: datetime,
@@ -88,16 +92,63 @@ def score_service(config: Config, service: Service, store: Store, now: datetime,
     if windows is None:
         windows = windows_holding([], q.windows, now)
     ref = reference_quality(service)
-    out: list[WindowQuality] = []
+    scored: list[WindowQuality] = []
     for start, end in windows:
         with store.transaction() as session:
             rows = store.load_labelled(session, service.name, start, end)
-        scored = score_window(service, rows, start, end, now, ref)
+        scored += score_window(service, rows, start, end, now, ref)
+    scored, siblings = _decide_by_period(service, store, scored)
+    with store.transaction() as session:
+        store.upsert_findings(session, [f.to_row(service.name, w.model_version, w.start, w.end, tick_id)
+                                        for w in scored for f in w.findings] + siblings)
+    return scored
+
+
+def _decide_by_period(service: Service, store: Store,
+                      scored: list[WindowQuality]) -> tuple[list[WindowQuality], list[dict]]:
+    """Re-decide acceptance by Benjamini-Hochberg over every window of one length whose start lies in the
+    same `fdr_period` (epoch-aligned): the scored windows' findings and the stored ones of the others.
+    Returns the scored windows and the stored rows whose decision changed (to be rewritten)."""
+    q = service.quality
+    blocks: dict[tuple[timedelta, datetime], list[WindowQuality]] = defaultdict(list)
+    for w in scored:
+        blocks[(w.end - w.start, floor_to(w.start, q.fdr_period))].append(w)
+    decided: dict[int, list[tuple[int, Finding]]] = {}
+    changed: list[dict] = []
+    for (length, block), members in blocks.items():
+        fresh = {(w.start, w.model_version) for w in members}
         with store.transaction() as session:
-            store.upsert_findings(session, [f.to_row(service.name, w.model_version, start, end, tick_id)
-                                            for w in scored for f in w.findings])
-        out += scored
-    return out
+            stored = [r for r in store.load_findings(session, service.name, block, block + q.fdr_period,
+                                                     check="acceptance")
+                      if _utc(r["window_end"]) - _utc(r["window_start"]) == length
+                      and (_utc(r["window_start"]), r["model_version"]) not in fresh]
+        new = [(id(w), i, f) for w in members for i, f in enumerate(w.findings) if f.check == "acceptance"]
+        old = [_as_finding(r) for r in stored]
+        family = control_fdr([f for _, _, f in new] + old, q.fdr_q)
+        for (key, i, _), f in zip(new, family[:len(new)], strict=True):
+            decided.setdefault(key, []).append((i, f))
+        for row, before, after in zip(stored, old, family[len(new):], strict=True):
+            if (after.status, after.detail) != (before.status, before.detail):
+                changed.append(after.to_row(service.name, row["model_version"], _utc(row["window_start"]),
+                                            _utc(row["window_end"]), row["tick_id"]))
+    out = []
+    for w in scored:
+        findings = list(w.findings)
+        for i, f in decided.get(id(w), []):
+            findings[i] = f
+        out.append(replace(w, findings=findings))
+    return out, changed
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _as_finding(row: dict) -> Finding:
+    """A stored acceptance row as the Finding control_fdr re-decides (only status, p_value, detail count)."""
+    low, high = row.get("interval_low"), row.get("interval_high")
+    return Finding(row["check"], dict(row["labels"]), row["value"], row["status"], row["n"], row["baseline"],
+                   row["effect"], None if low is None else (low, high), row["p_value"], dict(row["detail"] or {}))
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
@@ -105,7 +156,16 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=cols)
 
 
+def _named(frame: pd.DataFrame, service: Service) -> pd.DataFrame:
+    """`label` and `prediction` as class names (rows stored under an older spelling name the same class)."""
+    for column in ("label", "prediction"):
+        if column in frame:
+            frame[column] = class_names(frame[column], service.schema_.classes)
+    return frame
+
+
 def _classes(service: Service, frame: pd.DataFrame) -> tuple[str, ...]:
+    """The declared classes, else every class name the labels and predictions hold (sorted)."""
     if service.schema_.classes:
         return tuple(service.schema_.classes)
     seen = set(frame["label"].dropna()) | set(frame["prediction"].dropna())
@@ -114,6 +174,11 @@ def _classes(service: Service, frame: pd.DataFrame) -> tuple[str, ...]:
 
 def _proba(scores: pd.Series, classes: tuple[str, ...], calibrators: dict[str, object]) -> np.ndarray:
     """Rows x classes probabilities from the stored score dicts, calibrated on the reference when it can be."""
+    keys = set().union(*(s.keys() for s in scores if isinstance(s, dict)))
+    renamed = {k: class_name(k, classes) for k in keys}
+    if any(k != name for k, name in renamed.items()):  # keys stored under an older spelling of a class
+        scores = pd.Series([{renamed[k]: v for k, v in s.items()} if isinstance(s, dict) else s for s in scores],
+                           index=scores.index, dtype=object)
     present = [c for c in classes if any(isinstance(s, dict) and c in s for s in scores)]
     raw = np.array([[s.get(c, np.nan) if isinstance(s, dict) else np.nan for c in present] for s in scores],
                    dtype=float).reshape(len(scores), len(present))
@@ -135,7 +200,7 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     assert q is not None
     if not rows:
         return []
-    frame = _frame(rows)
+    frame = _named(_frame(rows), service)
     classes = _classes(service, frame)
     if not classes:  # no declared classes and neither labels nor predictions name one: nothing to score
         return []
@@ -193,14 +258,19 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
                                               {**statement, "matured": matured})
         out.append(WindowQuality(start, end, version, n_elig, n_lab, matured, findings))
 
+    # The window's own decisions (versions x rules x groups) as one family; score_service widens it to the
+    # windows of the same length in the same fdr_period.
+    rules = {w.model_version: _acceptance(service, w.model_version, measured, masks, ref) for w in out if w.matured}
+    decided = iter(control_fdr([f for fs in rules.values() for f in fs], q.fdr_q))
     for w in out:
-        if w.matured:
-            w.findings.extend(_acceptance(service, w.model_version, measured, masks, ref))
+        w.findings.extend(next(decided) for _ in rules.get(w.model_version, ()))
     out = _with_comparisons(service, out, frame, y_true, pred, proba, labelled, classes, positive, start, end)
     return out
 
 
 def _acceptance(service: Service, version: str, measured: dict, masks: dict, ref: Reference) -> list[Finding]:
+    """Each rule on each of its groups for one version, against the accepted version's figure in the same
+    window when it has one, else the reference's (each an estimate with its n and interval)."""
     q = service.quality
     out = []
     accepted = q.accepted_version
@@ -208,11 +278,11 @@ def _acceptance(service: Service, version: str, measured: dict, masks: dict, ref
         targets = [g for g in masks if g != ALL_GROUP] if rule.group == "*" else [rule.group]
         for group in targets:
             observed = measured.get((version, group), {}).get((rule.metric, rule.class_))
-            base, source = ref.values.get((rule.metric, rule.class_, group)), "reference"
+            base, source = ref.measures.get((rule.metric, rule.class_, group)), "reference"
             if accepted and accepted != version and (accepted, group) in measured:
                 other = measured[(accepted, group)].get((rule.metric, rule.class_))
                 if other is not None and other.value is not None and other.status == "ok":
-                    base, source = other.value, f"version {accepted}"
+                    base, source = other, f"version {accepted}"
             out.append(acceptance_finding(rule, group, observed, base, source, q.min_n))
     return out
 
@@ -280,8 +350,9 @@ def _reference(path: str, service: Service) -> Reference:
     if "label" not in frame:
         return Reference({}, {})
     schema, q = service.schema_, service.quality
-    classes = tuple(schema.classes) or tuple(sorted(frame["label"].dropna().astype(str).unique()))
-    y = frame["label"].astype(object).where(frame["label"].notna(), "").astype(str).to_numpy(dtype=object)
+    frame = _named(frame, service)
+    classes = tuple(schema.classes) or tuple(sorted(frame["label"].dropna().unique()))
+    y = frame["label"].where(frame["label"].notna(), "").to_numpy(dtype=object)
     calibrators = {}
     for c in score_classes(classes, schema.positive_class):
         col = schema.score_column(c)
@@ -291,19 +362,24 @@ def _reference(path: str, service: Service) -> Reference:
             if ok.sum() >= 2 and len(set(y[ok] == c)) == 2:
                 calibrators[c] = IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1).fit(s[ok], y[ok] == c)
     values: dict[tuple[str, str, str], float] = {}
+    measures: dict[tuple[str, str, str], Measure] = {}
+    boot = any(not wilson_figure(r.metric, r.class_) for r in q.rules)
     if "prediction" in frame:
         present = [c for c in classes if schema.score_column(c) in frame]
         raw = frame[[schema.score_column(c) for c in present]].to_numpy(float) if present else np.zeros((len(frame), 0))
         proba = probabilities(raw, classes, [classes.index(c) for c in present]) if present \
             else np.full((len(frame), len(classes)), np.nan)
-        pred = frame["prediction"].astype(object).where(frame["prediction"].notna(), MISS).to_numpy(dtype=object)
+        pred = frame["prediction"].where(frame["prediction"].notna(), MISS).to_numpy(dtype=object)
         known = np.isin(y, classes)
         for group, mask in groups(attr_frame(frame, service), service).items():
             sel = known & mask
+            # The reference is an estimate: Wilson intervals always, bootstrap ones when a rule compares with one.
             ms: list[Measure] = measure(Labelled(y[sel], pred[sel], proba[sel], classes), schema.positive_class,
-                                        q.calibration_bins, samples=0)
+                                        q.calibration_bins, samples=q.bootstrap_samples if boot else 0,
+                                        seed=seed_of(q.seed, "reference", group))
             values |= {(m.metric, m.cls, group): m.value for m in ms if m.value is not None}
-    return Reference(values, calibrators)
+            measures |= {(m.metric, m.cls, group): m for m in ms if m.value is not None}
+    return Reference(values, calibrators, measures)
 
 
 def realized_error(findings: list[Finding]) -> dict[tuple[str, str], list[float]]:

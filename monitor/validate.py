@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from monitor.classes import class_names
 from monitor.config import Limits, Schema
 from monitor.contract import (
     BOOL_OPTIONAL,
@@ -41,20 +42,20 @@ _OFFSET = re.compile(r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)$")
 
 
 def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
-    """Every column this record kind keeps, with its type: id, str, ts, num, bool, text; a feature's is
-    fnum (numeric) or cat (categorical): they also take booleans, as 1/0 and as "true"/"false"."""
+    """Every column this record kind keeps, with its type: id, str, ts, num, bool, text, class; a feature's
+    is fnum (numeric) or cat (categorical): they also take booleans, as 1/0 and as "true"/"false"."""
     if kind == RecordKind.timings:
         return {"request_id": "id", "stage": "str", "duration_ms": "num", "start_ts": "ts"}
     if kind == RecordKind.labels:
-        return {"request_id": "id", "label": "str", "label_ts": "ts"}
+        return {"request_id": "id", "label": "class", "label_ts": "ts"}
     kinds: dict[str, str] = {}
     if kind == RecordKind.predictions:
         kinds |= {"request_id": "id", "ts": "ts", "model_version": "str", "status": "str"}
         kinds |= dict.fromkeys(NUMERIC_OPTIONAL, "num") | dict.fromkeys(STRING_OPTIONAL, "str")
         kinds |= dict.fromkeys(BOOL_OPTIONAL, "bool") | dict.fromkeys(schema.signals, "num")
-        kinds |= {schema.score_column(c): "num" for c in schema.classes}
+        kinds |= {"prediction": "class"} | {schema.score_column(c): "num" for c in schema.classes}
     else:
-        kinds |= {"label": "str", "prediction": "str"} | {schema.score_column(c): "num" for c in schema.classes}
+        kinds |= {"label": "class", "prediction": "class"} | {schema.score_column(c): "num" for c in schema.classes}
     kinds |= {s: "str" for s in schema.segments}
     kinds |= {name: {"numeric": "fnum", "categorical": "cat", "text": "text"}[k] for name, k in schema.features.items()}
     return kinds
@@ -86,7 +87,8 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
     for name, typ in field_kinds(kind, schema).items():
         if name not in frame:
             continue
-        values, bad = _convert(frame[name], typ, timezone)
+        values, bad = (_class_names(frame[name], schema) if typ == "class"
+                       else _convert(frame[name], typ, timezone))
         mark(bad, Reason.wrong_type)
         out[name] = values
 
@@ -123,7 +125,8 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     for name, typ in field_kinds(kind, schema).items():
         if name not in names:
             continue
-        values, bad = _convert_arrow(table[name], typ, timezone)
+        values, bad = (_class_names(table[name], schema) if typ == "class"
+                       else _convert_arrow(table[name], typ, timezone))
         mark(bad, Reason.wrong_type)
         out[name] = values
 
@@ -180,8 +183,29 @@ class _Marks:
         return _REASONS[self.code[row]]
 
 
+def _class_names(values: pd.Series | pa.ChunkedArray, schema: Schema) -> tuple[pd.Series | pa.ChunkedArray,
+                                                                                np.ndarray]:
+    """Labels or predictions as class names (monitor.classes); a list or object is `wrong_type`."""
+    if isinstance(values, pa.ChunkedArray):
+        t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
+        if not (pa.types.is_nested(t) or pa.types.is_struct(t)):
+            return class_names(values, schema.classes), np.zeros(len(values), bool)
+        values = values.to_pandas()
+    bad = np.zeros(len(values), bool)
+    if values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) not in ("string", "empty"):
+        bad = np.array([isinstance(v, dict | list | tuple | np.ndarray) for v in values.to_numpy(dtype=object)],
+                       dtype=bool)
+        values = values.where(~bad) if bad.any() else values
+    return class_names(values, schema.classes), bad
+
+
 def _check_values(out: dict, kind: RecordKind, limits: Limits, now: datetime, mark) -> None:
-    """The checks on converted values, shared by both paths: timestamps, status, durations."""
+    """The checks on converted values, shared by both paths: timestamps, status, durations, and a
+    required class name that named nothing (empty text) is a missing field."""
+    if kind == RecordKind.labels and "label" in out:
+        label = out["label"]
+        mark(_bools(label.is_null()) if isinstance(label, pa.ChunkedArray) else label.isna().to_numpy(),
+             Reason.missing_field)
     for name in ("ts", "label_ts", "start_ts"):
         if name in out:
             ts = out[name]

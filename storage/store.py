@@ -7,6 +7,7 @@ partials, findings and quarantine commit together or not at all.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -29,11 +30,13 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from storage.models import (
     EXCERPT_MAX_CHARS,
@@ -57,6 +60,11 @@ log = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_S = 10
+# The PostgreSQL role `tailwatch query sql` connects as (config: storage.query_sql.role): SELECT on tailwatch's
+# tables and nothing else. A plain identifier, so it is quoted and checked the same way everywhere.
+SQL_READER_ROLE = "tailwatch_reader"
+SQL_READER_TIMEOUT = "30s"
+_ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # Connection execution option that `transaction(durable=False)` sets (read by the SQLite begin hook).
 _DURABLE = "tailwatch_durable"
 
@@ -204,7 +212,8 @@ class Store:
         self.url: URL = parsed
         self.safe_url = parsed.render_as_string(hide_password=True)
         self.clock = clock
-        self.engine = self._create_engine(connect_args or {})
+        self._connect_args = dict(connect_args or {})
+        self.engine = self._create_engine(self._connect_args)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def __repr__(self) -> str:
@@ -326,12 +335,81 @@ class Store:
         cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
         return cfg
 
-    def upgrade(self, revision: str = "head") -> None:
-        """Apply migrations up to `revision` (default: the newest this code knows)."""
+    def upgrade(self, revision: str = "head", *, sql_role: str | None = SQL_READER_ROLE) -> list[str]:
+        """Apply migrations up to `revision` (default: the newest this code knows); on PostgreSQL also
+        give `sql_role` (created when missing and this connection may create roles) SELECT on every
+        tailwatch table. Returns what could not be done, for the operator (empty when all was)."""
         cfg = self._alembic_config()
+        notes: list[str] = []
         with self._connect() as conn, conn.begin():
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
+            if sql_role is not None and conn.dialect.name == "postgresql":
+                notes = self._grant_sql_reader(conn, sql_role)
+        for note in notes:
+            log.warning(note)
+        return notes
+
+    def _grant_sql_reader(self, conn: Connection, role: str) -> list[str]:
+        """Create `role` if missing (LOGIN, no other attribute, read-only by default, statements bounded)
+        and grant it USAGE on the tables' schema and SELECT on each tailwatch table; each step in a
+        savepoint, so one the connection may not do is reported and the upgrade still commits."""
+        from storage.models import Base
+
+        if not _ROLE_NAME.match(role):
+            raise StoreError(f"not a plain role name: {role!r} (lower-case letters, digits and _)")
+        quote = conn.dialect.identifier_preparer.quote
+        notes = []
+        exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).scalar()
+        if not exists:
+            may = conn.execute(text("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")).scalar()
+            if not may:
+                return [f"role {role} does not exist and this connection may not create roles: `query sql` on "
+                        f"PostgreSQL refuses to run until it does (the SQL to run is in docs/operations.md)"]
+            with conn.begin_nested():
+                # Another upgrade may create it at the same moment: the loser's error means "it exists".
+                conn.exec_driver_sql(
+                    f"DO $$ BEGIN CREATE ROLE {quote(role)} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT "
+                    f"NOREPLICATION NOBYPASSRLS; "
+                    f"ALTER ROLE {quote(role)} SET default_transaction_read_only = on; "
+                    f"ALTER ROLE {quote(role)} SET statement_timeout = '{SQL_READER_TIMEOUT}'; "
+                    f"EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$")
+        schema = conn.execute(text("SELECT current_schema()")).scalar()
+        tables = [t.name for t in Base.metadata.sorted_tables
+                  if conn.execute(text("SELECT to_regclass(:t)"), {"t": t.name}).scalar() is not None]
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA {quote(schema)} TO {quote(role)}")
+                if tables:
+                    conn.exec_driver_sql(f"GRANT SELECT ON {', '.join(quote(t) for t in tables)} TO {quote(role)}")
+        except DBAPIError as exc:
+            notes.append(f"cannot grant {role} SELECT on tailwatch's tables ({self._scrub(exc)}): `query sql` on "
+                         f"PostgreSQL fails until it has it (the SQL to run is in docs/operations.md)")
+        return notes
+
+    @contextmanager
+    def reader_connection(self, role: str, password: str | None = None) -> Iterator[Any]:
+        """A new PostgreSQL connection (psycopg, not pooled) to this database as `role`, with this store's
+        connect arguments (search_path included); closed when the block ends. StoreError when it fails."""
+        secrets = [s for s in (*self._secrets, password) if s]
+        url = self.url.set(username=role, password=password)
+        engine = create_engine(url, poolclass=NullPool,
+                               connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S, **self._connect_args})
+        error = None
+        try:
+            conn = engine.connect()
+        except Exception as exc:
+            error = self._scrub(exc)
+            for secret in secrets:
+                error = error.replace(secret, "***")
+        if error is not None:
+            engine.dispose()
+            raise StoreError(f"cannot connect to {self.safe_url} as {role}: {error}")
+        try:
+            yield conn.connection.driver_connection
+        finally:
+            conn.close()
+            engine.dispose()
 
     def stamp(self, revision: str) -> None:
         """Record `revision` as applied without running anything (repairs, tests)."""

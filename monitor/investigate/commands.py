@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from monitor import query as q
+from monitor.config import ConfigError
 from monitor.investigate.output import (
     FORMATS,
     dumps,
@@ -209,8 +210,15 @@ def query_sql(
 ) -> None:
     """Run one read-only SQL statement on the store; writes, DDL and several statements are refused."""
     _check_format(fmt)
-    store = _Ctx.open_store(_Ctx.load_config())
-    emit(_run(lambda: q.sql(store, statement, max_rows=max_rows)), fmt, out, title=None, empty="no rows")
+    cfg = _Ctx.load_config()
+    store = _Ctx.open_store(cfg)
+    access = cfg.storage.query_sql
+    try:
+        password = access.password.resolve() if access.password is not None else None
+    except ConfigError as exc:
+        _Ctx.fail(f"storage.query_sql.password: {exc}")
+    emit(_run(lambda: q.sql(store, statement, max_rows=max_rows, role=access.role, password=password,
+                            timeout=access.timeout.total_seconds())), fmt, out, title=None, empty="no rows")
 
 
 @query_app.command("logs")

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from monitor.notify.outbox import DrainReport, drain
+from monitor.notify.outbox import DrainReport, drain, undeliverable
 
-__all__ = ["DrainReport", "drain"]
+__all__ = ["DrainReport", "drain", "undeliverable"]

@@ -38,11 +38,31 @@ class DrainReport:
     waiting: int = 0  # behind an unsent earlier message of the same incident
     errors: list[str] = field(default_factory=list)
     note: str = ""
+    undeliverable: str = ""  # why nothing can be sent (a Slack secret missing or unreadable); '' when it can
 
 
 def backoff(attempts: int) -> timedelta:
     """Delay before attempt `attempts` + 1: 30 s doubling per attempt, at most 30 min."""
     return min(BACKOFF_FIRST * (2 ** max(attempts - 1, 0)), BACKOFF_MAX)
+
+
+def undeliverable(config: Config) -> str:
+    """Why the configured notifications cannot be delivered now: the Slack secret is missing, unreadable
+    or empty (named by variable or file, never by value). '' when they can, or when Slack is not configured."""
+    slack = config.alerts.slack
+    if slack is None:
+        return ""
+    key, secret = ("token", slack.token) if slack.token is not None else ("webhook_url", slack.webhook_url)
+    if secret is None:
+        return "alerts.slack has neither a token nor a webhook_url"
+    try:
+        value = secret.resolve()
+    except ConfigError as exc:
+        return f"alerts.slack.{key}: {exc}"
+    if not value.strip():
+        where = f"environment variable {secret.env}" if secret.env is not None else f"secret file {secret.file}"
+        return f"alerts.slack.{key}: {where} is empty"
+    return ""
 
 
 def sender_for(config: Config, client=None) -> SlackSender | None:
@@ -83,6 +103,15 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
     """Send the outbox items due at `now` (oldest first), at most `limit`."""
     now = utc(now)
     report = DrainReport(now=now.isoformat())
+    why = undeliverable(config) if client is None else ""
+    if why:
+        # Loud on every drain: the messages wait in the outbox, and nothing else would say why.
+        with store.transaction() as session:
+            pending = store.outbox_depth(session)
+        log.error("notifications undeliverable: %s; %d waiting in the outbox", why, pending,
+                  extra={"reason": why, "pending": pending})
+        report.note = report.undeliverable = why
+        return report
     try:
         sender = sender_for(config, client)
     except ConfigError as exc:

@@ -5,8 +5,10 @@ the token never in logs or errors."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from alerts_support import TOKEN, make_config
 from sqlalchemy import select
@@ -14,7 +16,9 @@ from test_after_tick import SLOWER_EPISODE, at, write_window
 
 from monitor.alerts import after_tick
 from monitor.notify import drain
+from monitor.partials import Partial, Sketch, merge_bytes
 from storage.models import Outbox
+from storage.store import PartialRow
 
 
 def one_incident(open_store, tmp_path, fake, **slack):
@@ -192,3 +196,93 @@ def test_routes_by_severity_and_labels_and_stays_within_slack_limits():
         texts = [block["text"]["text"]] if "text" in block else [f["text"] for f in block.get("fields", [])] + [
             e["text"] for e in block.get("elements", [])]
         assert all(len(t) <= 3000 for t in texts)
+
+
+# A value an attacker can put in the logs (or a config a reviewer skims): a channel ping, a disguised link, a
+# user mention, a channel link and a bare &.
+HOSTILE = "v2 <!channel> <https://evil.example|open the runbook> <@U024BE7LH> <#C0SECRET> & co"
+ESCAPED = "v2 &lt;!channel&gt; &lt;https://evil.example|open the runbook&gt; &lt;@U024BE7LH&gt; &lt;#C0SECRET&gt; &amp; co"
+
+
+def hostile_window(store, k: int, breach: bool) -> None:
+    """Window k of model_version HOSTILE: slower in stage HOSTILE and worse for class, group and segment
+    HOSTILE, with a correlated out-of-vocabulary rate in field HOSTILE (or, `breach` False, all ok)."""
+    from test_after_tick import T0, W
+
+    start = T0 + k * W
+    status = "breach" if breach else "ok"
+
+    def f(check, labels, value, baseline):
+        return {"check": check, "labels": labels, "status": status, "value": value if breach else baseline,
+                "baseline": baseline, "n": 300, "service": "churn", "model_version": HOSTILE,
+                "window_start": start, "window_end": start + W}
+
+    rows = [f("latency", {"stage": "total", "quantile": "p95"}, 200.0, 50.0),
+            f("latency", {"stage": HOSTILE, "quantile": "p95"}, 170.0, 30.0),
+            f("quality", {"metric": "recall", "class": HOSTILE, "segment": HOSTILE}, 0.4, 0.8),
+            f("quality", {"metric": "recall", "group": HOSTILE, "segment": HOSTILE}, 0.5, 0.8),
+            f("oov_rate", {"field": HOSTILE}, 0.2, 0.01)]
+    part = Partial(Counter({"rows": 100, "status:ok": 100}), sketches={"latency_ms": Sketch.of(np.full(100, 50.0))})
+    with store.transaction() as session:
+        store.upsert_findings(session, rows)
+        store.upsert_partials(session, "churn", [PartialRow(HOSTILE, start + i * timedelta(minutes=5), 300, "", 100,
+                                                            part.to_bytes()) for i in range(3)], merge_bytes)
+
+
+def texts(message: dict) -> list[str]:
+    """Every text Slack would show of one message: the fallback, the header, sections, fields, context."""
+    out = [message["text"]]
+    for block in message.get("blocks") or []:
+        objects = ([block["text"]] if "text" in block else []) + block.get("fields", []) + block.get("elements", [])
+        out += [o["text"] for o in objects]
+    return out
+
+
+@pytest.mark.reliability
+def test_hostile_values_reach_slack_escaped(open_store, tmp_path, fake_slack, record_property):
+    """model_version, service, stage, field, class, group, segment and summary (and a config's explain
+    command) hold a mention, a link and a user mention: Slack receives them escaped in the post's text,
+    header, sections and fields, in the update and in the thread reply; tailwatch's own bold and code stay."""
+    from storage.models import Incident
+
+    config = make_config(tmp_path, slack_url=fake_slack.base_url, accepted=["v1"], alerts={
+        "verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s",
+        "slack": {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts", "base_url": fake_slack.base_url,
+                  "timeout": "1s", "explain_command": "tailwatch explain {incident} --service {service} <!here>"}})
+    hostile_window(open_store(), 0, breach=True)
+    assert after_tick(config, open_store(), at(1)).enqueued == 1
+    assert drain(config, open_store(), at(1)).sent == 1
+    # The service name comes from the config, where its pattern keeps it plain; the renderer does not rely on it.
+    with open_store().transaction() as session:
+        session.scalars(select(Incident)).one().service = HOSTILE
+    hostile_window(open_store(), 1, breach=False)
+    assert after_tick(config, open_store(), at(3)).enqueued == 2  # resolved: the post updated, a thread reply
+    assert drain(config, open_store(), at(3)).sent == 2
+    [post] = fake_slack.top_level
+    [reply] = fake_slack.replies(post["ts"])
+    shown = texts(post) + [reply["text"]]
+    print("\n".join(shown))  # the escaped payload, for the record
+    for text in shown:
+        assert "<" not in text and ">" not in text, text  # no mention, link or channel can be parsed
+    header = post["blocks"][0]["text"]
+    assert header["type"] == "plain_text" and ESCAPED in header["text"] and "RESOLVED" in header["text"]
+    sections = [b["text"]["text"] for b in post["blocks"] if b["type"] == "section" and "text" in b]
+    fields = [f["text"] for b in post["blocks"] for f in b.get("fields", [])]
+    body = "\n".join(sections)
+    assert f"stage `{ESCAPED}`" in body  # stage, in tailwatch's own code markup
+    assert f"class={ESCAPED}" in body and f"group={ESCAPED}" in body and f"segment={ESCAPED}" in body
+    assert "*Where the p95 latency increase sits*" in body and f"of the increase in stage {ESCAPED}" in body
+    assert f"*Correlated signals*\n• `oov_rate` field={ESCAPED}: 0.2 vs 0.01" in body
+    assert f"*both: p95 total latency 200 ms vs 50 ms; 100% of the increase in stage {ESCAPED}; oov_rate {ESCAPED}" \
+        in body  # the summary, in tailwatch's bold
+    affects = next(f for f in fields if f.startswith("*Affects*"))
+    assert affects.startswith(f"*Affects*\n{ESCAPED} model {ESCAPED} — ")  # service, model_version
+    assert f"segment={ESCAPED}" in affects
+    assert ESCAPED in post["text"] and "&lt;!here&gt;" in post["blocks"][-1]["elements"][0]["text"]
+    assert f"--service {ESCAPED} &lt;!here&gt;`" in reply["text"]
+    mrkdwn = [o for b in post["blocks"] for o in ([b["text"]] if "text" in b else []) + b.get("fields", [])
+              + b.get("elements", []) if o["type"] == "mrkdwn"]
+    assert mrkdwn and all(o.get("verbatim") is True for o in mrkdwn)  # no auto-linking of plain text
+    # model_version, service, stage, field, class, group, segment, summary and the explain command.
+    record_property("rel_inputs", 9)
+    record_property("rel_faults", len(shown))

@@ -127,3 +127,50 @@ def test_readyz_fails_on_a_schema_behind_and_livez_on_an_old_heartbeat(tmp_path)
     finally:
         server.shutdown()
         store.dispose()
+
+
+@pytest.mark.reliability
+def test_a_missing_slack_token_is_loud_at_start_and_on_every_drain(tmp_path, record_property):
+    """The daemon with alerts.slack configured and its token's variable unset: an error log line at start
+    and on each drain, `tailwatch_notifications_undeliverable` 1, `/readyz` 503 saying why; the daemon
+    itself keeps ticking."""
+    import json
+    import signal
+
+    import yaml
+    from opsfeed import stop, tailwatch, write_config
+    from test_daemon import free_port, metric, samples
+
+    port = free_port()
+    cfg = write_config(tmp_path, interval="1s", heartbeat_interval="0.5s", shutdown_timeout="8s",
+                       health={"host": "127.0.0.1", "port": port})
+    raw = yaml.safe_load(cfg.read_text())
+    raw["alerts"] = {"slack": {"token": {"env": "TW_UNSET_SLACK_TOKEN"}, "channel": "#alerts",
+                               "base_url": "http://127.0.0.1:9/api/", "timeout": "1s"}}
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    store = Store(raw["storage"]["url"])
+    store.upgrade()
+    store.dispose()
+    why = "alerts.slack.token: environment variable TW_UNSET_SLACK_TOKEN is not set"
+    proc = tailwatch(cfg, "run")
+    try:
+        page = wait_for(lambda: (p := get(port, "/metrics"))[0] == 200
+                        and metric(samples(p[1]), "tailwatch_ticks_total") >= 2 and samples(p[1]),
+                        timeout=60, what="two ticks in /metrics")
+        assert metric(page, "tailwatch_notifications_undeliverable") == 1
+        assert get(port, "/readyz") == (503, f"fail: database reachable, schema current; notifications "
+                                             f"undeliverable: {why}\n")
+        assert get(port, "/livez")[0] == 200  # alive: it is the notifications that cannot go out
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    events = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
+    loud = [e for e in events if e["level"] == "ERROR" and e["message"].startswith("notifications undeliverable")]
+    ticks = [e for e in events if e["message"] == "tick done"]
+    assert loud[0]["message"] == f"notifications undeliverable: {why}"  # at start, before any tick
+    assert events.index(loud[0]) < events.index(ticks[0])
+    assert len(loud) >= 1 + len(ticks)  # and on each drain (a tick's last stage; and the last one on SIGTERM)
+    record_property("rel_inputs", len(ticks))
+    record_property("rel_faults", 1)

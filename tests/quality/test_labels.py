@@ -157,8 +157,10 @@ def test_quality_needs_a_labels_source(tmp_path: Path) -> None:
 def test_shadow_versions_compared_on_shared_requests(store, tmp_path: Path) -> None:
     """Two versions score the same requests (shadow): both are kept, compared pairwise, and the accepted
     version is the acceptance baseline."""
+    # One decision in the hour with the whole false-discovery budget (fdr_period = the window): 24 positives.
     cfg = make_config(tmp_path, "sqlite://", min_n=5, accepted_version="v1", groups={}, length_buckets={},
-                      rules=[{"name": "recall vs v1", "metric": "recall", "class": "Yes", "max_drop": 0.01}])
+                      rules=[{"name": "recall vs v1", "metric": "recall", "class": "Yes", "max_drop": 0.01}],
+                      fdr_period="1h")
     rows, labels = [], []
     for i in range(40):
         score = (i % 10) / 10 + 0.05
@@ -181,4 +183,5 @@ def test_shadow_versions_compared_on_shared_requests(store, tmp_path: Path) -> N
     assert recall["detail"]["became_wrong"] == 8 and recall["detail"]["became_right"] == 0
     rules = {a["model_version"]: a for a in _all(store, "acceptance")}
     assert rules["v2"]["detail"]["baseline_from"] == "version v1" and rules["v2"]["status"] == "breach"
+    assert rules["v2"]["detail"]["baseline_n"] == 24 and rules["v2"]["detail"]["method"] == "newcombe"
     assert rules["v1"]["detail"]["baseline_from"] == "reference" and rules["v1"]["status"] == "insufficient"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import at, quality_config, quality_raw, release_labels, simulate
+from support import RULES, at, quality_config, quality_raw, release_labels, simulate
 from typer.testing import CliRunner
 
 from monitor.nightly import run_nightly
@@ -114,9 +114,11 @@ def sqlite_store(root: Path) -> Store:
 def test_worse_preprocessing_finds_the_segment_not_the_whole(tmp_path: Path) -> None:
     store = sqlite_store(tmp_path)
     truth, labels = simulate("worse-preprocessing", tmp_path)
+    # The segment's recall falls from 0.86 (214 reference positives, +-0.05) to ~0.70: a drop beyond 0.05
+    # with both uncertainties, not clearly beyond 0.10.
+    rules = [dict(r, max_drop=0.05) if r["name"] == "short tenure recall" else r for r in RULES]
     cfg = quality_config(tmp_path, "sqlite://", groups={"short_tenure": "tenure < 12"} | RARE,
-                         rules=[*quality_config(tmp_path, "sqlite://").services[0].quality.model_dump(
-                             by_alias=True)["rules"], RARE_RULE])
+                         rules=[*rules, RARE_RULE])
     release_labels(tmp_path, labels, at(truth, WAVES[2]), 0)
     assert tick(cfg, store, at(truth, WAVES[2]))[0].status == "ok"
     s = run_nightly(cfg, store, at(truth, WAVES[2])).services[0]

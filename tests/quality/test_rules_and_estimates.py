@@ -8,9 +8,11 @@ import pytest
 from checks.base import Finding
 from checks.quality import (
     Labelled,
+    Measure,
     acceptance_finding,
     bias_finding,
     compare_versions,
+    control_fdr,
     coverage_findings,
     estimate,
     estimate_findings,
@@ -18,40 +20,76 @@ from checks.quality import (
     measure,
     probabilities,
 )
+from checks.stats import bh, wilson
 from monitor.config import QualityRule
 
 CLS = ("No", "Yes")
 
 
-def observed(value: float, interval: tuple[float, float], n: int = 500) -> Finding:
-    return Finding("quality", {"metric": "recall", "class": "Yes", "group": "all"}, value, "ok", n,
-                   interval=interval, detail={"failed_as_miss": False})
+def observed(k: int, n: int) -> Finding:
+    return Finding("quality", {"metric": "recall", "class": "Yes", "group": "all"}, k / n, "ok", n,
+                   interval=wilson(k, n), detail={"failed_as_miss": False})
 
 
-@pytest.mark.parametrize("value, interval, n, status", [
-    (0.70, (0.66, 0.74), 500, "ok"),  # a drop of 0.05, but the interval reaches the floor 0.69
-    (0.66, (0.62, 0.689), 500, "breach"),  # the whole interval is below the floor
-    (0.66, (0.62, 0.70), 500, "ok"),  # the point is below the floor, the interval is not: no breach
-    (0.50, (0.30, 0.68), 20, "insufficient"),  # clearly below, but n is under min_n: never a breach
+def reference(k: int, n: int) -> Measure:
+    return Measure("recall", "Yes", k / n, n, wilson(k, n))
+
+
+@pytest.mark.parametrize("k, n, status", [
+    (360, 500, "ok"),  # 0.72 against 0.80: a drop of 0.08, but the difference's interval reaches -0.05
+    (300, 500, "breach"),  # 0.60: the whole interval of the difference is below -0.05
+    (370, 500, "ok"),  # 0.74: within the tolerance
+    (10, 20, "insufficient"),  # clearly below, but n is under min_n: never a breach
 ])
-def test_max_drop_rule_fires_only_when_the_interval_excludes_the_tolerance(value, interval, n, status) -> None:
-    rule = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.01)
-    f = acceptance_finding(rule, "all", observed(value, interval, n), 0.70, "reference", min_n=30)
+def test_max_drop_rule_fires_only_when_the_difference_excludes_the_tolerance(k, n, status) -> None:
+    rule = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.05)
+    base = reference(800, 1000)
+    f = acceptance_finding(rule, "all", observed(k, n), base, "reference", min_n=30)
     assert f.check == "acceptance" and f.status == status
     assert f.labels == {"rule": "recall:Yes:all", "metric": "recall", "class": "Yes", "group": "all"}
+    assert f.n == n and f.interval == wilson(k, n) and f.detail["baseline_n"] == 1000
     if status != "insufficient":
-        assert f.detail["floor"] == pytest.approx(0.69) and f.effect == pytest.approx(value - 0.70)
+        assert f.detail["floor"] == pytest.approx(0.75) and f.effect == pytest.approx(k / n - 0.8)
+        lo, hi = f.detail["difference_interval"]
+        assert lo < k / n - 0.8 < hi and (hi < -0.05) == (status == "breach")
+        assert (f.p_value < 0.05) == (status == "breach")
+
+
+def test_the_baselines_uncertainty_counts() -> None:
+    """The same window against the same figure from 1,000 or from 50 reference rows: only the first is
+    a drop beyond the tolerance. Newcombe's interval as statsmodels computes it."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    rule = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.05)
+    assert acceptance_finding(rule, "all", observed(330, 500), reference(800, 1000), "reference", 30).status \
+        == "breach"
+    f = acceptance_finding(rule, "all", observed(330, 500), reference(40, 50), "reference", 30)
+    assert f.status == "ok" and f.detail["method"] == "newcombe"
+    assert f.detail["difference_interval"] == pytest.approx(
+        confint_proportions_2indep(330, 500, 40, 50, method="newcomb", compare="diff"), abs=1e-9)
 
 
 def test_floor_rule_and_missing_baseline() -> None:
     floor = QualityRule(name="key group floor", metric="recall", **{"class": "Yes"}, group="*", min=0.8)
-    assert acceptance_finding(floor, "g", observed(0.7, (0.65, 0.79)), None, "reference", 30).status == "breach"
-    assert acceptance_finding(floor, "g", observed(0.7, (0.65, 0.81)), None, "reference", 30).status == "ok"
+    assert acceptance_finding(floor, "g", observed(350, 500), None, "reference", 30).status == "breach"
+    assert acceptance_finding(floor, "g", observed(38, 50), None, "reference", 30).status == "ok"
     drop = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.01)
-    f = acceptance_finding(drop, "all", observed(0.1, (0.05, 0.15)), None, "reference", 30)
+    f = acceptance_finding(drop, "all", observed(50, 500), None, "reference", 30)
     assert f.status == "insufficient" and f.detail["why"] == "no baseline"
     with pytest.raises(ValueError):
         QualityRule(metric="recall", max_drop=0.1, min=0.5)
+
+
+def test_control_fdr_is_benjamini_hochberg_over_the_tested_findings() -> None:
+    rule = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.0)
+    found = [acceptance_finding(rule, "all", observed(k, 500), reference(8000, 10000), "reference", 30)
+             for k in (300, 380, 395, 400)] + [acceptance_finding(rule, "all", observed(5, 10), None, "r", 30)]
+    ps = [f.p_value for f in found[:4]]
+    assert ps[0] < 1e-9 and 0.001 < ps[1] < 0.05 and ps[3] == 1.0
+    decided = control_fdr(found, 0.05)
+    assert [f.status for f in decided] == ["breach", "ok", "ok", "ok", "insufficient"]
+    assert [f.detail["p_adjusted"] for f in decided[:4]] == pytest.approx(list(bh(ps)))
+    assert all(f.detail["family"] == 4 for f in decided[:4]) and "family" not in decided[4].detail
 
 
 def calibrated(n: int, seed: int, threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -28,8 +28,10 @@ pytestmark = pytest.mark.slow
 HOURS, ONSET_HOURS, SEED = 2.0, 1.0, 7
 LABELS_AFTER = timedelta(days=4)  # the simulator's last labels land within 96 h of the run's end
 GROUPS = {"short_tenure": "tenure < 12", "month_to_month": "Contract == 'Month-to-month'"}
+# worse-preprocessing drops short-tenure recall by ~0.15 from a reference figure of ~200 positives: beyond
+# 0.05 once both uncertainties count, not clearly beyond 0.10.
 RULES = [{"name": "churn recall", "metric": "recall", "class": "Yes", "max_drop": 0.1},
-         {"name": "group recall", "metric": "recall", "class": "Yes", "group": "*", "max_drop": 0.1}]
+         {"name": "group recall", "metric": "recall", "class": "Yes", "group": "*", "max_drop": 0.05}]
 
 
 def truth_names(truth) -> set[str]:
