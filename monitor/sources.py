@@ -162,8 +162,11 @@ class DirectorySource:
             # One directory read: os.scandir knows which entries are links and which are files for free.
             match = re.compile(fnmatch.translate(pattern)).match
             with os.scandir(root) as it:
-                entries = [(e.path, e.name, e.is_symlink(), e.is_file(follow_symlinks=False))
-                           for e in it if match(e.name)]
+                entries = [e for e in it if match(e.name)]
+            plain = [e for e in entries if e.is_file(follow_symlinks=False)]
+            if len(plain) == len(entries):  # the usual directory: no link to look at
+                return [(e.path, e.name, False) for e in plain], skipped
+            entries = [(e.path, e.name, e.is_symlink(), e.is_file(follow_symlinks=False)) for e in entries]
         for path, name, link, regular in entries:
             if link:
                 if not self.config.follow_links:

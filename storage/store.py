@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -126,9 +127,17 @@ def _execute_many(session: Session, statement, rows: list[dict], stamp_column) -
         value = row[name]
         if value not in stamps:
             stamps[value] = convert(value) if convert else value
-    params = [row | {name: stamps[row[name]]} for row in rows]
-    if compiled.positiontup is not None:
-        params = [tuple(p[k] for k in compiled.positiontup) for p in params]
+    if compiled.positiontup is None:
+        params = [row | {name: stamps[row[name]]} for row in rows]
+    else:
+        order = list(compiled.positiontup)
+        at = order.index(name)
+        take = itemgetter(*order)
+        params = []
+        for row in rows:
+            values = list(take(row))
+            values[at] = stamps[values[at]]
+            params.append(tuple(values))
     conn.exec_driver_sql(compiled.string, params)
 
 
