@@ -18,15 +18,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/tailwatch demo
 
-# Test setup: Debian's chromium for the report's browser test (installed when absent and allowed).
+# Test setup: Debian's chromium for the report's browser test and logrotate for the log-shipping test
+# (installed when absent and allowed).
 # Two pytest-xdist workers; --dist loadscope keeps each module on one worker, so a module's shared
 # scenario runs are made once.
 test: $(STAMP)
 	sh tests/setup/browser.sh
+	sh tests/setup/logrotate.sh
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 # Fuzz, fault, crash and canary tests, with a summary table (rows lost and duplicates must be 0).
 reliability: $(STAMP)
+	sh tests/setup/logrotate.sh
 	$(BIN)/python -m pytest -q -m reliability -p no:cacheprovider -p no:warnings tests
 
 lint: $(STAMP)

@@ -12,6 +12,7 @@ import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
@@ -115,6 +116,17 @@ class Secret(_Model):
         return []
 
 
+def _check_zone(value: str | None) -> str | None:
+    """An IANA zone name (`Europe/Paris`, `UTC`), checked against the zone database."""
+    if value is None:
+        return None
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (an IANA name such as 'Europe/Paris' or 'UTC')") from None
+    return value
+
+
 class FileSource(_Model):
     """A directory of growing JSONL / CSV / Parquet files (gzip for JSONL and CSV)."""
 
@@ -122,6 +134,15 @@ class FileSource(_Model):
     path: Path
     pattern: str = "*"
     format: Literal["auto", "jsonl", "csv", "parquet", "otlp"] = "auto"
+    # The zone of timestamps written without an offset; unset, such a timestamp is `wrong_type`.
+    timezone: str | None = None
+    # Follow links that lead out of `path` (links within it are read once, as the file they name).
+    follow_links: bool = False
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        return _check_zone(value)
 
     @field_validator("path", mode="before")
     @classmethod
@@ -137,6 +158,13 @@ class SqlSource(_Model):
     password: Secret | None = None
     table: str
     cursor_column: str
+    # The zone of timestamps written without an offset; unset, such a timestamp is `wrong_type`.
+    timezone: str | None = None
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        return _check_zone(value)
 
     @field_validator("url")
     @classmethod

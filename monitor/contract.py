@@ -53,6 +53,7 @@ class Reason(StrEnum):
     orphan_timing = "orphan_timing"  # a stage timing whose prediction never arrived within join.lateness
     orphan_label = "orphan_label"  # a label whose prediction never arrived within quality.label_horizon
     unknown_label = "unknown_label"  # a label that is not one of schema.classes
+    source_error = "source_error"  # a file that could not be listed or read (its path and the OS error)
 
 
 EXCERPT_CHARS = 200

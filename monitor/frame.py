@@ -7,6 +7,7 @@ passed since it was read; a timing whose prediction never arrives within `latene
 
 from __future__ import annotations
 
+import hashlib
 import io
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -177,3 +178,82 @@ def from_blobs(blobs: list[bytes]) -> pd.DataFrame:
     """The waiting buffer back from its Parquet blobs."""
     frames = [pd.read_parquet(io.BytesIO(b)) for b in blobs if b]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_HASH_WIDTH = 64  # texts up to this many bytes are hashed in numpy; longer ones by pandas
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer, in place: every input bit reaches every output bit."""
+    h ^= h >> np.uint64(30)
+    h *= _M1
+    h ^= h >> np.uint64(27)
+    h *= _M2
+    h ^= h >> np.uint64(31)
+    return h
+
+
+def key_hashes(values: pd.Series) -> np.ndarray:
+    """A 64-bit hash of each value's text (null as its own value): equal texts hash alike, and two distinct
+    texts share a hash with odds of about 2^-64 per pair. Hashed in numpy, with no Python object per row."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        values = values.astype(object)
+    arr = pa.array(values.array if hasattr(values.array, "__arrow_array__") else values.to_numpy(dtype=object),
+                   from_pandas=True)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if not is_text(arr.type):
+        arr = pc.cast(arr, pa.string())
+    arr = pc.cast(arr, pa.large_string())
+    n = len(arr)
+    if not n:
+        return np.zeros(0, np.uint64)
+    lengths = pc.fill_null(pc.binary_length(arr), 0).to_numpy().astype(np.int64)
+    h = np.zeros(n, np.uint64)
+    short = lengths <= _HASH_WIDTH
+    if short.all():
+        h = _hash_texts(arr, lengths)
+    else:
+        # Long texts (rare for keys) one by one; a text is hashed the same way whatever its neighbours.
+        rows = np.flatnonzero(short)
+        if len(rows):
+            h[rows] = _hash_texts(arr.take(pa.array(rows)), lengths[rows])
+        for i in np.flatnonzero(~short).tolist():
+            h[i] = int.from_bytes(hashlib.blake2b(arr[i].as_py().encode(), digest_size=8).digest(), "little")
+    if arr.null_count:
+        h[~arr.is_valid().to_numpy(zero_copy_only=False)] = np.uint64(0)
+    return h
+
+
+def _hash_texts(arr: pa.Array, lengths: np.ndarray) -> np.ndarray:
+    """`key_hashes` of a large_string array whose texts are at most _HASH_WIDTH bytes long."""
+    n = len(arr)
+    width = int(lengths.max()) if n else 0
+    words = max(1, -(-width // 8))
+    starts = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n]
+    raw = arr.buffers()[2]
+    data = np.zeros((len(raw) if raw is not None else 0) + 8, np.uint8)  # 8 more: a word read past the end
+    if raw is not None:
+        data[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    # Every byte offset of the buffer as the start of a little-endian 8-byte word (a view, no copy).
+    at = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+    h = _mix(lengths.astype(np.uint64) + np.uint64(1))
+    for j in range(words):
+        left = np.clip(lengths - 8 * j, 0, 8)  # bytes of this word that belong to the text
+        word = at[np.minimum(starts + 8 * j, len(at) - 1)]
+        keep = np.where(left >= 8, np.uint64(0xFFFFFFFFFFFFFFFF),
+                        (np.uint64(1) << (np.uint64(8) * left.astype(np.uint64))) - np.uint64(1))
+        # A text mixes in only the words it has: its hash does not depend on how long its neighbours are.
+        h = np.where(left > 0, _mix(h ^ (word & keep) ^ np.uint64(j + 1)), h)
+    return h
+
+
+def combined_hashes(columns: list[pd.Series]) -> np.ndarray:
+    """`key_hashes` of several columns row by row: one 64-bit key per row of the tuple of values."""
+    h = key_hashes(columns[0])
+    for col in columns[1:]:
+        h = _mix(h * np.uint64(31) ^ key_hashes(col))
+    return h

@@ -18,18 +18,19 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
+from pandas._libs import hashtable
 
 from checks.evaluate import compare_with
 from checks.judge import judge, summary
 from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
-from monitor.frame import ARRIVED, Joined, from_blobs, join, to_blob
+from monitor.frame import ARRIVED, Joined, combined_hashes, from_blobs, join, to_blob
 from monitor.labels import label_batch, orphan_reject, scored_rows
 from monitor.memory import release_memory
 from monitor.partials import fold, merge_bytes
 from monitor.profile import Profile, stored_profile
 from monitor.quality import score_service, windows_holding
-from monitor.sources import LINE, Batch, DirectorySource, SqlTableSource, open_source
+from monitor.sources import FILE, LINE, Batch, DirectorySource, SqlTableSource, open_source
 from monitor.validate import validate
 from monitor.windows import score, store_scored, windows_for
 from storage.store import Store
@@ -172,6 +173,7 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
     pred_batches = _read_ahead(pred_source, pred_offsets)
     time_batches = _read_ahead(time_source, time_offsets) if time_source else iter(())
     timed = time_source is not None
+    seen_p, seen_t = _Seen(("request_id",)), _Seen(("request_id", "stage"))
     # A step's fold runs on a worker while this thread validates and joins the next step (numpy releases
     # the GIL for much of a fold); steps still commit one by one, in order, each with its offsets.
     folder = ThreadPoolExecutor(FOLD_WORKERS, thread_name_prefix="tailwatch-fold")
@@ -185,6 +187,13 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
             rejects: list[tuple[RecordKind, str, Reject]] = []
             new_p = _accept(pb, RecordKind.predictions, service, config, now, report, rejects)
             new_t = _accept(tb, RecordKind.timings, service, config, now, report, rejects) if timed else None
+            # A row repeating one read earlier in this tick (another file, another chunk) is a duplicate as
+            # one repeating a waiting row is: the first wins. Rows that left the buffer are not in it.
+            new_p, dropped = seen_p.drop_seen(new_p)
+            report.duplicates += dropped
+            if timed:
+                new_t, dropped = seen_t.drop_seen(new_t)
+                report.duplicate_timings += dropped
             joined = join(_concat(pending_p, new_p), _concat(pending_t, new_t) if timed else None, now,
                           service.join.lateness, expire=final)
             pending_p, pending_t = joined.pending_predictions, joined.pending_timings
@@ -198,6 +207,35 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
     finally:
         folder.shutdown(wait=True, cancel_futures=True)
     report.pending_predictions, report.pending_timings = len(pending_p), len(pending_t)
+
+
+class _Seen:
+    """The keys of the rows accepted so far in one tick, as 64-bit hashes (frame.key_hashes); hashed only
+    once a second step brings rows (most ticks read one)."""
+
+    def __init__(self, columns: tuple[str, ...]):
+        self.columns = columns
+        self.first: pd.DataFrame | None = None
+        # An incremental uint64 hash set: a tick's keys without a Python object each.
+        self.keys: hashtable.UInt64HashTable | None = None
+
+    def drop_seen(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+        """`rows` without those whose key was accepted earlier this tick, and how many were dropped."""
+        if rows is None or not len(rows) or any(c not in rows for c in self.columns):
+            return rows, 0
+        if self.keys is None:
+            if self.first is None:
+                self.first = rows
+                return rows, 0
+            self.keys = hashtable.UInt64HashTable()
+            self.keys.map_locations(combined_hashes([self.first[c] for c in self.columns]))
+            self.first = None
+        keys = combined_hashes([rows[c] for c in self.columns])
+        repeated = self.keys.lookup(keys) >= 0
+        self.keys.map_locations(keys)
+        if not repeated.any():
+            return rows, 0
+        return rows[~repeated].reset_index(drop=True), int(repeated.sum())
 
 
 FOLD_WORKERS = 2  # steps folded at once; each holds its rows' per-row arrays until it is committed
@@ -244,9 +282,9 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
             store.replace_pending(session, name, RecordKind.timings.value, to_blob(joined.pending_timings),
                                   len(joined.pending_timings))
         if step.pb is not None:
-            store.save_offsets(session, pred_source.name, [step.pb.offset])
+            store.save_offsets(session, pred_source.name, step.pb.offsets)
         if step.tb is not None:
-            store.save_offsets(session, time_source.name, [step.tb.offset])
+            store.save_offsets(session, time_source.name, step.tb.offsets)
 
     for r in step.rejects:
         report.quarantined[r[2].reason.value] += 1
@@ -301,7 +339,7 @@ def _ingest_labels(config: Config, service: Service, store: Store, now: datetime
         with store.transaction() as session:
             store.add_quarantine(session, _quarantine_rows(rejects, tick_id, name, now))
             fresh, changed, repeated = store.upsert_labels(session, name, labels.rows, now)
-            store.save_offsets(session, source.name, [batch.offset])
+            store.save_offsets(session, source.name, batch.offsets)
         for r in rejects:
             report.quarantined[r[2].reason.value] += 1
         report.labels_new += len(fresh)
@@ -357,10 +395,11 @@ def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Con
     report.read[kind.value] += batch.rows_read
     report.events += [f"{batch.file}: {e}" for e in batch.events]
     rejects += [(kind, batch.source, r) for r in batch.rejects]
-    accepted, bad = validate(kind, batch.frame, batch.file, service.schema_, config.limits, now)
+    zone = getattr(service.sources, kind.value).timezone
+    accepted, bad = validate(kind, batch.frame, batch.file, service.schema_, config.limits, now, zone)
     if batch.table is not None:
         # Rows parsed into Arrow are checked there; `frame` then holds the few rows whose types differ.
-        main, main_bad = validate(kind, batch.table, batch.file, service.schema_, config.limits, now)
+        main, main_bad = validate(kind, batch.table, batch.file, service.schema_, config.limits, now, zone)
         if len(main) and len(accepted):
             # The few odd rows take the main rows' Arrow text dtype: an object column would make every row one.
             arrow = {c: main[c].dtype for c in accepted.columns
@@ -373,7 +412,8 @@ def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Con
     rejects += [(kind, batch.source, r) for r in bad]
     report.accepted[kind.value] += len(accepted)
     accepted[ARRIVED] = pd.Timestamp(now)
-    accepted["_source"] = batch.file
+    # Small files read together name each row's file; any other batch is one file.
+    accepted["_source"] = accepted.pop(FILE).astype(str) if FILE in accepted else batch.file
     return accepted
 
 

@@ -7,12 +7,14 @@ and its offsets in one transaction, so a restart reads every row exactly once.
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import io
 import json
 import os
 import re
+import stat
 import threading
 import zlib
 from collections import deque
@@ -36,7 +38,10 @@ from storage.store import OffsetState
 
 LINE = "_line"  # column carrying each row's 1-based line (or row) number within its file
 OVERSIZE = "_oversize"  # present, and true on a row, when one of its text fields passes limits.max_field_chars
-FINGERPRINT_BYTES = 256
+FILE = "_file"  # column naming each row's file, in a batch of small files read together
+FINGERPRINT_BYTES = 256  # a fingerprint covers at least this many first bytes (see _fingerprint_of)
+_MAX_FP = 64 << 10  # ...and at most this many; a file no longer than this is read whole in one call
+_SMALL_FILES = 4096  # small files parsed (and their offsets committed) together, at most
 _JSON_BLOCK_LINES = 4096  # lines per parse call; a bad line costs a re-parse of at most this many lines
 _ERROR_ROW = re.compile(r"in row (\d+)$")
 _WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while parsing a block
@@ -44,6 +49,7 @@ _WORKERS = max(1, min(4, os.cpu_count() or 1))  # pyarrow releases the GIL while
 _CHUNKS_AHEAD = 2
 _SCAN_BYTES = 64 << 10  # bytes per numpy call when scanning a buffer (see _scan)
 _BOM = b"\xef\xbb\xbf"
+_ROTATED = re.compile(r"(\.\d+)?(\.gz)?$")
 # Deeper JSON is quarantined as oversize_field (see _parse_json_lines); real records nest 2-3 levels.
 MAX_JSON_DEPTH = 64
 # pyarrow parsed 4,000 levels and crashed the process at 10,000 (on a thread, pyarrow 26): a line shorter
@@ -63,9 +69,15 @@ class Batch:
     file: str  # file name (or table name) used in quarantine positions
     frame: pd.DataFrame  # raw parsed rows, with LINE (with `table`: the few rows whose types differ from it)
     rejects: list[Reject]
-    offset: OffsetState  # the state to commit once this batch's results are stored
+    offset: OffsetState | None  # the state to commit once this batch's results are stored (None: nothing read)
     events: list[str] = field(default_factory=list)  # e.g. "truncated", "replaced"
     table: pa.Table | None = None  # raw parsed rows kept in Arrow (JSONL, Parquet), with LINE
+    more: list[OffsetState] = field(default_factory=list)  # the other files' states, for small files read together
+
+    @property
+    def offsets(self) -> list[OffsetState]:
+        """Every offset state this batch consumed."""
+        return ([self.offset] if self.offset is not None else []) + self.more
 
     @property
     def rows_read(self) -> int:
@@ -74,10 +86,14 @@ class Batch:
 
 def file_format(path: Path, declared: str) -> str:
     """jsonl / csv / parquet / otlp for a file, from the config or from its name."""
+    return _format_of(path.name, declared)
+
+
+def _format_of(name: str, declared: str) -> str:
     if declared != "auto":
         return declared
     # Rotated copies keep their type: app.jsonl.1, app.jsonl.2.gz.
-    name = re.sub(r"(\.\d+)?(\.gz)?$", "", path.name.lower())
+    name = _ROTATED.sub("", name.lower())
     if name.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     if name.endswith((".csv", ".tsv")):
@@ -87,40 +103,121 @@ def file_format(path: Path, declared: str) -> str:
     return "unknown"
 
 
+@dataclass
+class _Plan:
+    """One file of a listing: where it is, what it is, and the state its read starts from."""
+
+    where: str  # its path as listed (a Path is made only for the files read on their own)
+    name: str
+    stat: os.stat_result
+    key: str
+    fmt: str
+    head: bytes  # the first bytes (decompressed for .gz; the whole file when `whole`)
+    whole: bool  # `head` holds the entire (decompressed) file
+    fingerprint: str | None
+    claims: str | None = None  # the stored state it continues (its own key, or the file it is a copy of)
+    state: OffsetState | None = None
+    events: list[str] = field(default_factory=list)
+    parquet: pq.ParquetFile | None = None
+    error: str | None = None  # why a Parquet file could not be opened
+
+    @property
+    def path(self) -> Path:
+        return Path(self.where)
+
+    @property
+    def gz(self) -> bool:
+        return self.name.endswith(".gz")
+
+
 class DirectorySource:
-    """A directory of growing files, tracked by inode so rotation (rename) does not re-read a file."""
+    """A directory of growing files, each known by its identity (device, inode and a fingerprint of its
+    first bytes), so a rename, a link, a compressed rotation or a copy is never read twice."""
 
     def __init__(self, name: str, config: FileSource, limits: Limits):
         self.name, self.config, self.limits = name, config, limits
 
     def files(self) -> list[Path]:
-        """Matching files, oldest first (mtime, then name)."""
-        paths = [p for p in self.config.path.glob(self.config.pattern) if p.is_file()]
-        return sorted(paths, key=lambda p: (p.stat().st_mtime_ns, p.name))
+        """Matching files, oldest first (mtime, then name); links leaving the directory left out unless
+        the source follows them."""
+        found = []
+        for path, name, _ in self._listing()[0]:
+            try:
+                found.append((os.stat(path).st_mtime_ns, name, Path(path)))
+            except OSError:
+                continue
+        return [path for _, _, path in sorted(found, key=lambda f: f[:2])]
+
+    def _listing(self) -> tuple[list[tuple[str, str, bool]], list[tuple[Path, str]]]:
+        """(path, name, is a link) of each matching regular file (or link to one), in directory order; and
+        the names left out with the reason (a link out of the directory, a link that cannot be followed).
+        No file but a link is stat'ed here: a file's one stat is the `fstat` of its read."""
+        root, pattern = self.config.path, self.config.pattern
+        real_root = os.path.realpath(root)
+        found: list[tuple[str, str, bool]] = []
+        skipped: list[tuple[Path, str]] = []
+        if "/" in pattern or "**" in pattern:
+            entries = [(str(p), p.name, p.is_symlink(), p.is_file()) for p in root.glob(pattern)]
+        else:
+            # One directory read: os.scandir knows which entries are links and which are files for free.
+            match = re.compile(fnmatch.translate(pattern)).match
+            with os.scandir(root) as it:
+                entries = [e for e in it if match(e.name)]
+            plain = [e for e in entries if e.is_file(follow_symlinks=False)]
+            if len(plain) == len(entries):  # the usual directory: no link to look at
+                return [(e.path, e.name, False) for e in plain], skipped
+            entries = [(e.path, e.name, e.is_symlink(), e.is_file(follow_symlinks=False)) for e in entries]
+        for path, name, link, regular in entries:
+            if link:
+                if not self.config.follow_links:
+                    target = os.path.realpath(path)
+                    if os.path.commonpath([real_root, target]) != real_root:
+                        skipped.append((Path(path), f"a link out of the source directory, not followed: {target}"))
+                        continue
+                try:
+                    regular = stat.S_ISREG(os.stat(path).st_mode)
+                except FileNotFoundError:
+                    continue  # a dangling link points nowhere: nothing to read
+                except OSError as exc:
+                    skipped.append((Path(path), _os_error(exc)))
+                    continue
+            if regular:
+                found.append((path, name, link))
+        return found, skipped
 
     def read(self, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
-        """New rows of every file since `offsets`, chunk by chunk."""
+        """New rows of every file since `offsets`, chunk by chunk; a file that cannot be read is reported as
+        a `source_error` batch (no offset: retried next read) and the others are read."""
         own: set[int] = set()  # the pool's threads
         pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tailwatch-parse",
                                   initializer=lambda: own.add(threading.get_ident()))
         try:
-            for path in self.files():
+            saved: set[str] = set()  # keys whose state a batch carried
+            listed, skipped = self._listing()
+            for path, why in skipped:
+                yield self._problem(path, why)
+            plans: list[_Plan] = []
+            keys: set[str] = set()
+            for path, name, _ in listed:
                 try:
-                    st = path.stat()
-                except FileNotFoundError:  # deleted between listing and reading
+                    plan = self._plan(path, name)
+                except OSError as exc:  # unreadable, or vanished since the listing
+                    yield self._problem(Path(path), _os_error(exc))
                     continue
-                key = f"{st.st_dev}:{st.st_ino}"
-                state, events = self._resume(path, key, st.st_size, offsets.get(key))
-                fmt = file_format(path, self.config.format)
-                if fmt == "parquet":
-                    yield from self._read_parquet(path, state, events, seen=key in offsets)
-                elif fmt in ("jsonl", "csv", "otlp"):
-                    yield from self._read_lines(path, state, events, fmt, pool)
-                # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
-                elif state.offset == 0 and state.line == 0:
-                    yield Batch(self.name, path.name, pd.DataFrame({LINE: []}),
-                                [Reject(path.name, Reason.unparseable, f"unknown file type: {path.name}")],
-                                replace(state, offset=st.st_size, line=1, size=st.st_size), events)
+                if plan.key in keys:
+                    continue  # another name (a link) of a file already read: one read per identity
+                keys.add(plan.key)
+                plans.append(plan)
+            plans.sort(key=lambda p: (p.stat.st_mtime_ns, p.name))  # oldest first
+            claimed = _claim(plans, offsets)
+            for batch in self._read_claimed(claimed, offsets, pool):
+                saved.update(s.file_key for s in batch.offsets)
+                yield batch
+            # A file whose state changed without a row to read (a compressed rotation or a copy that holds
+            # nothing new, a rename, a longer fingerprint) keeps it: next time it is known as itself.
+            for plan in claimed:
+                if plan.key not in saved and plan.state != offsets.get(plan.key):
+                    yield Batch(self.name, plan.name, _empty_frame(), [], plan.state, plan.events)
         finally:
             # The caller stopped early or a parse failed: blocks still queued are dropped, running ones
             # (a block each) are waited for, so no thread outlives the read. Closed on one of its own
@@ -128,33 +225,154 @@ class DirectorySource:
             # thread: the others end after their block.
             pool.shutdown(wait=threading.get_ident() not in own, cancel_futures=True)
 
-    def _resume(self, path: Path, key: str, size: int, state: OffsetState | None) -> tuple[OffsetState, list[str]]:
-        fresh = OffsetState(file_key=key, path=str(path), offset=0, line=0, cursor=None,
-                            fingerprint=_fingerprint(path), size=size)
-        if state is None:
-            return fresh, []
-        if path.suffix == ".gz":
-            # Compressed bytes are not comparable with decompressed offsets; the fingerprint guards replacement.
-            same = state.fingerprint is None or _fingerprint(path) == state.fingerprint
-            return (replace(state, path=str(path)), []) if same else (fresh, ["replaced"])
-        if size < state.offset:
-            return fresh, ["truncated"]
-        if state.fingerprint and _fingerprint(path, _fp_len(state.fingerprint)) != state.fingerprint:
-            return fresh, ["replaced"]
-        # A file that was shorter than FINGERPRINT_BYTES when first seen gets a longer fingerprint now.
-        return replace(state, path=str(path), fingerprint=_fingerprint(path)), []
+    def _read_claimed(self, claimed: list[_Plan], offsets: dict[str, OffsetState],
+                      pool: ThreadPoolExecutor) -> Iterator[Batch]:
+        """The batches of the files to read, small files together."""
+        small: list[_Plan] = []
+        held = [0, 0]  # bytes and lines of `small`
+        for plan in claimed:
+            size = self._small_size(plan)
+            if size is not None:
+                if small and (len(small) >= _SMALL_FILES or _group(small[0]) != _group(plan)
+                              or held[0] + size[0] > self.limits.chunk_bytes
+                              or held[1] + size[1] > self.limits.chunk_rows):
+                    yield from self._small_batches(small, pool)
+                    small, held = [], [0, 0]
+                small.append(plan)
+                held = [held[0] + size[0], held[1] + size[1]]
+                continue
+            if small:
+                yield from self._small_batches(small, pool)
+                small = []
+            try:
+                yield from self._read_file(plan, offsets, pool)
+            except OSError as exc:
+                yield self._problem(plan.path, _os_error(exc))
+        if small:
+            yield from self._small_batches(small, pool)
 
-    def _read_parquet(self, path: Path, state: OffsetState, events: list[str], seen: bool) -> Iterator[Batch]:
+    def _problem(self, path: Path, why: str) -> Batch:
+        """A file that could not be read: one `source_error` reject with its path and the OS error."""
+        reject = Reject(str(path), Reason.source_error, excerpt(why))
+        return Batch(self.name, path.name, _empty_frame(), [reject], None, [])
+
+    def _plan(self, path: str, name: str) -> _Plan:
+        """Open the file once: its identity (fstat), its first bytes (all of a small file) for its fingerprint,
+        and its rows if small. OSError when it cannot be opened or read."""
+        fmt = _format_of(name, self.config.format)
+        gz = name.endswith(".gz")
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            key = f"{st.st_dev}:{st.st_ino}"
+            if fmt != "parquet":
+                head, whole = _head(fh, st.st_size, gz)
+                return _Plan(path, name, st, key, fmt, head, whole, _fingerprint_of(head))
+            # A compressed rotation is decompressed in memory: Parquet needs random access.
+            source = pa.BufferReader(gzip.decompress(fh.read())) if gz else path
         try:
-            pf = _open_parquet(path)
-        except (pa.ArrowInvalid, OSError) as exc:
+            pf = _open_parquet(source)
+        except (pa.ArrowInvalid, OSError, EOFError, zlib.error) as exc:
+            # No footer yet (still being written), or not Parquet at all: see _read_parquet.
+            return _Plan(path, name, st, key, fmt, b"", False, None, error=str(exc))
+        return _Plan(path, name, st, key, fmt, b"", False, None, parquet=pf)
+
+    def _small_size(self, plan: _Plan) -> tuple[int, int] | None:
+        """Bytes and lines left to read in a file held whole, when they fit in one batch (else None)."""
+        if not plan.whole or plan.fmt not in ("jsonl", "csv") or plan.events:
+            return None
+        rest = len(plan.head) - plan.state.offset
+        if rest > self.limits.chunk_bytes:
+            return None
+        lines = plan.head.count(b"\n", plan.state.offset)
+        return (rest, lines) if lines <= self.limits.chunk_rows else None
+
+    def _read_file(self, plan: _Plan, offsets: dict[str, OffsetState], pool: ThreadPoolExecutor) -> Iterator[Batch]:
+        path, state, events, fmt = plan.path, plan.state, plan.events, plan.fmt
+        if fmt == "parquet":
+            yield from self._read_parquet(plan, offsets)
+        elif fmt in ("jsonl", "csv", "otlp"):
+            yield from self._read_lines(path, state, events, fmt, pool)
+        # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
+        elif state.offset == 0 and state.line == 0:
+            size = plan.stat.st_size
+            yield Batch(self.name, path.name, pd.DataFrame({LINE: []}),
+                        [Reject(path.name, Reason.unparseable, f"unknown file type: {path.name}")],
+                        replace(state, offset=size, line=1, size=size), events)
+
+    def _small_batches(self, plans: list[_Plan], pool: ThreadPoolExecutor) -> Iterator[Batch]:
+        """Small files of one format (and CSV header) parsed together: one parse and one validation for many
+        files. Rows carry FILE and their own line numbers; each file's offset goes with the batch."""
+        fmt = plans[0].fmt
+        header = _header(plans[0].head) if fmt == "csv" else None
+        parts: list[bytes] = []
+        names: list[str] = []
+        starts: list[int] = []  # first line of each piece within the joined buffer (0-based)
+        bases: list[int] = []  # line number in its file just before its piece's first line
+        states: list[OffsetState] = []
+        total = 0
+        for plan in plans:
+            state = plan.state
+            body = plan.head[state.offset:]
+            cut = body.rfind(b"\n") + 1
+            body = body[:cut]
+            if fmt == "csv" and header is None:
+                continue  # header not complete yet
+            lines = body.count(b"\n")
+            base = state.line
+            if state.offset == 0 and body.startswith(_BOM):
+                body = body[len(_BOM):]
+            if fmt == "csv" and state.offset == 0 and lines:
+                body, base = body[body.index(b"\n") + 1:], base + 1
+            if not cut:
+                continue
+            names.append(plan.name)
+            starts.append(total)
+            bases.append(base)
+            parts.append(body)
+            total += body.count(b"\n")
+            states.append(OffsetState(state.file_key, state.path, state.offset + cut, state.line + lines,
+                                      state.cursor, state.fingerprint, state.offset + cut))
+        if not states:
+            return
+        buf = b"".join(parts)
+        if fmt == "jsonl":
+            parsed, _ = _start_jsonl(buf, 0, "", self.limits, pool)
+            table, frame, rejects = parsed()
+        else:
+            frame, rejects, _ = parse_csv(buf, header, False, 0, "", self.limits)
+            table = None
+        first, where = np.asarray(starts, dtype=np.int64), np.asarray(bases, dtype=np.int64)
+
+        def locate(lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            piece = np.searchsorted(first, lines - 1, side="right") - 1
+            return piece, lines - first[piece] + where[piece]
+
+        dictionary = pa.array(names, pa.string())
+        if table is not None:
+            piece, lines = locate(table[LINE].to_numpy())
+            table = table.set_column(table.column_names.index(LINE), LINE, pa.array(lines, pa.int64()))
+            table = table.append_column(FILE, pa.DictionaryArray.from_arrays(pa.array(piece, pa.int32()), dictionary))
+        if len(frame):
+            piece, lines = locate(frame[LINE].to_numpy())
+            frame[LINE] = lines
+            frame[FILE] = pd.Categorical.from_codes(piece, categories=names)
+        moved = []
+        for r in rejects:
+            piece, line = locate(np.array([int(r.position.rsplit(":", 1)[1])]))
+            moved.append(Reject(f"{names[piece[0]]}:{line[0]}", r.reason, r.excerpt))
+        yield Batch(self.name, names[0] if len(names) == 1 else "", frame, moved, states[0], [], table, states[1:])
+
+    def _read_parquet(self, plan: _Plan, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
+        path, state, events, pf = plan.path, plan.state, plan.events, plan.parquet
+        seen = plan.claims in offsets
+        size = plan.stat.st_size
+        if pf is None:
             # No footer yet: a Parquet file still being written is read once it is complete. One that stays
             # unreadable at the same size from one tick to the next is broken: quarantined once, as a file.
-            size = path.stat().st_size
             if not seen:
                 yield Batch(self.name, path.name, pd.DataFrame({LINE: []}), [], replace(state, size=size), events)
             elif state.size == size and state.offset < size:
-                reject = Reject(path.name, Reason.unparseable, excerpt(f"not a readable Parquet file: {exc}"))
+                reject = Reject(path.name, Reason.unparseable, excerpt(f"not a readable Parquet file: {plan.error}"))
                 yield Batch(self.name, path.name, pd.DataFrame({LINE: []}), [reject],
                             replace(state, offset=size, size=size), events)
             elif state.size != size:
@@ -171,7 +389,6 @@ class DirectorySource:
             first = max(start, state.line)
             table = _flag_oversize(table, self.limits.max_field_chars)
             table = table.append_column(LINE, pa.array(np.arange(first + 1, row + 1, dtype=np.int64)))
-            size = path.stat().st_size
             yield Batch(self.name, path.name, _empty_frame(), [],
                         replace(state, line=row, offset=size, size=size), events, table)
             events = []
@@ -217,15 +434,171 @@ class DirectorySource:
         return Batch(self.name, path.name, frame, rejects, state, events, table)
 
 
+def _os_error(exc: OSError) -> str:
+    return f"{type(exc).__name__}: {exc.strerror or exc}"
+
+
+def _group(plan: _Plan) -> tuple[str, bytes | None]:
+    """Small files parsed together share a format and, for CSV, a header."""
+    return plan.fmt, _header(plan.head) if plan.fmt == "csv" else None
+
+
+def _header(head: bytes) -> bytes | None:
+    end = head.find(b"\n")
+    return head[:end + 1] if end >= 0 else None
+
+
+def _claim(plans: list[_Plan], offsets: dict[str, OffsetState]) -> list[_Plan]:
+    """Give each file the state its read starts from; returns the files to read this time, in order.
+
+    A file continues its own stored state while its first bytes are unchanged (grown, renamed). A file
+    that is new (or whose inode now holds other bytes) continues the stored state whose fingerprint its
+    first bytes match: a compressed rotation or a copytruncate copy of a file read before resumes at the
+    offset reached. Each stored state is continued by one file per read; a second copy waits.
+    """
+    taken: set[str] = set()
+    fresh: list[_Plan] = []
+    for plan in plans:
+        mine = offsets.get(plan.key)
+        if mine is not None and _continues(plan, mine):
+            plan.claims = plan.key
+            taken.add(plan.key)
+        else:
+            if mine is not None:
+                plan.events.append("truncated" if _shrunk(plan, mine) else "replaced")
+            fresh.append(plan)
+    # Every stored state, those continued by their own file too: a copy of a file read this time waits.
+    lengths: dict[int, dict[str, OffsetState]] = {}
+    for state in offsets.values():
+        if state.fingerprint and not state.fingerprint.startswith(_ROWS):
+            lengths.setdefault(_fp_len(state.fingerprint), {})[state.fingerprint] = state
+    rows_fp = {s.fingerprint: s for s in offsets.values() if s.fingerprint and s.fingerprint.startswith(_ROWS)}
+    out = []
+    for plan in plans:
+        if plan.claims is None:
+            match = _match(plan, lengths, rows_fp)
+            if match is not None and match.file_key in taken:
+                continue  # the file it copies is read this time (as itself or as another copy)
+            if match is not None:
+                plan.claims = match.file_key
+                taken.add(match.file_key)
+                plan.events.append(f"continues {os.path.basename(match.path)}")
+                plan.state = replace(match, file_key=plan.key, path=plan.where)
+            elif plan.gz and not plan.whole and len(plan.head) < _MAX_FP:
+                continue  # a compressed copy still being written: its start may yet match a file read before
+            else:
+                plan.state = _fresh(plan)
+        else:
+            own = offsets[plan.key]
+            plan.state = OffsetState(own.file_key, plan.where, own.offset, own.line, own.cursor, own.fingerprint,
+                                     own.size)
+        if plan.fingerprint is not None and plan.fingerprint != plan.state.fingerprint:
+            plan.state = replace(plan.state, fingerprint=plan.fingerprint)
+        out.append(plan)
+    return out
+
+
+_ROWS = "rows"  # prefix of a Parquet fingerprint: a hash of its first row, not of its bytes
+
+
+def _fresh(plan: _Plan) -> OffsetState:
+    return OffsetState(plan.key, plan.where, 0, 0, None, plan.fingerprint, plan.stat.st_size)
+
+
+def _shrunk(plan: _Plan, state: OffsetState) -> bool:
+    """Shorter than the offset read: truncated (a Parquet file only while it has no footer: emptied)."""
+    if plan.gz or plan.fmt == "parquet" and plan.parquet is not None:
+        return False
+    return plan.stat.st_size < state.offset
+
+
+def _continues(plan: _Plan, state: OffsetState) -> bool:
+    """Whether the file at a stored state's inode is still the file read (grown, or renamed), not a new one."""
+    if _shrunk(plan, state):
+        return False
+    if plan.fmt == "parquet":
+        plan.fingerprint = _parquet_fingerprint(plan.parquet) if plan.parquet is not None else None
+        if plan.fingerprint is None or not state.fingerprint or not state.fingerprint.startswith(_ROWS):
+            return plan.fingerprint is None or state.fingerprint is None or plan.stat.st_size >= (state.size or 0)
+        return plan.fingerprint == state.fingerprint and plan.parquet.metadata.num_rows >= state.line
+    if not state.fingerprint or state.fingerprint.startswith(_ROWS):
+        return True
+    n = _fp_len(state.fingerprint)
+    return len(plan.head) >= n and _hash(plan.head[:n]) == state.fingerprint
+
+
+def _match(plan: _Plan, lengths: dict[int, dict[str, OffsetState]],
+           rows_fp: dict[str, OffsetState]) -> OffsetState | None:
+    """The stored state (of another file) whose fingerprint this file's first bytes match, longest first."""
+    if plan.fmt == "parquet":
+        if plan.parquet is None:
+            return None
+        plan.fingerprint = _parquet_fingerprint(plan.parquet)
+        state = rows_fp.get(plan.fingerprint)
+        return state if state is not None and plan.parquet.metadata.num_rows >= state.line else None
+    for n in sorted(lengths, reverse=True):
+        if n > len(plan.head) or n == 0:
+            continue
+        state = lengths[n].get(_hash(plan.head[:n]))
+        # A plain copy holds at least the bytes read from the file it copies; a .gz's size says nothing.
+        if state is not None and (plan.gz or plan.stat.st_size >= state.offset):
+            return state
+    return None
+
+
 def _fp_len(fingerprint: str) -> int:
     return int(fingerprint.split(":", 1)[0])
 
 
-def _fingerprint(path: Path, length: int = FINGERPRINT_BYTES) -> str:
-    """`<n>:<sha1 of the first n bytes>`: tells a replaced file from a grown one at the same inode."""
-    with open(path, "rb") as fh:
-        head = fh.read(length)
+def _hash(head: bytes) -> str:
     return f"{len(head)}:{hashlib.sha1(head).hexdigest()}"
+
+
+def _fingerprint_of(head: bytes) -> str:
+    """`<n>:<sha1 of the first n bytes>`: the first two lines (a CSV header and its first row), at least
+    FINGERPRINT_BYTES and at most _MAX_FP; tells a replaced or copied file from a grown one."""
+    first = head.find(b"\n")
+    second = head.find(b"\n", first + 1) if first >= 0 else -1
+    end = second + 1 if second >= 0 else len(head)
+    return _hash(head[:min(max(FINGERPRINT_BYTES, end), len(head), _MAX_FP)])
+
+
+def _parquet_fingerprint(pf: pq.ParquetFile) -> str | None:
+    """`rows1:<sha1 of the first row>`: a Parquet file rewritten with more rows keeps its first row, while
+    its first bytes (page headers, dictionaries) change. None for a file without rows."""
+    if pf.metadata.num_rows == 0:
+        return None
+    first = next(pf.iter_batches(batch_size=1))
+    row = pa.Table.from_batches([first.slice(0, 1)])
+    return f"{_ROWS}1:{hashlib.sha1(json.dumps(row.to_pylist(), default=str, sort_keys=True).encode()).hexdigest()}"
+
+
+def _head(fh, size: int, gz: bool) -> tuple[bytes, bool]:
+    """The first _MAX_FP bytes of a file (decompressed for .gz), and whether that is all of it (for .gz: every
+    member read to its end)."""
+    if not gz:
+        head = fh.read(min(size, _MAX_FP) + 1)
+        return head[:_MAX_FP], len(head) <= _MAX_FP
+    parts: list[bytes] = []
+    got, partial = 0, False
+    decomp = zlib.decompressobj(wbits=47)
+    data = b""
+    while got <= _MAX_FP:
+        if not data:
+            data = fh.read(1 << 16)
+            if not data:
+                break
+        piece = decomp.decompress(data, _MAX_FP + 1 - got)
+        parts.append(piece)
+        got += len(piece)
+        partial = True
+        if decomp.eof:  # concatenated gzip members
+            data, partial = decomp.unused_data, False
+            decomp = zlib.decompressobj(wbits=47)
+        else:
+            data = decomp.unconsumed_tail
+    head = b"".join(parts)
+    return head[:_MAX_FP], got <= _MAX_FP and not partial
 
 
 def _first_line(path: Path) -> bytes | None:
@@ -696,16 +1069,16 @@ def _combine(tables: list[pa.Table], max_chars: int) -> tuple[pa.Table | None, p
     return table, _to_frame(odd, max_chars).sort_values(LINE, kind="stable", ignore_index=True)
 
 
-def _open_parquet(path: Path) -> pq.ParquetFile:
+def _open_parquet(source) -> pq.ParquetFile:
     """The file, its text columns but `request_id` read as dictionaries.
 
     A dictionary column decodes each distinct text once (most repeat: versions, statuses, categories) and
     reaches fold as category codes, with no text hashed per row; ids are distinct and stay plain text.
     pyarrow takes `read_dictionary` only when a file is opened: the footer read first is handed on.
     """
-    metadata = pq.read_metadata(path)
+    metadata = pq.read_metadata(source)
     schema = metadata.schema.to_arrow_schema()
-    return pq.ParquetFile(path, metadata=metadata,
+    return pq.ParquetFile(source, metadata=metadata,
                           read_dictionary=[f.name for f in schema if is_text(f.type) and f.name != "request_id"])
 
 

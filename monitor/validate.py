@@ -28,7 +28,7 @@ from monitor.contract import (
     excerpt,
 )
 from monitor.frame import is_text
-from monitor.sources import LINE, OVERSIZE
+from monitor.sources import FILE, LINE, OVERSIZE
 
 # Fields whose values are durations: NaN, infinite or negative is `bad_duration`, not a missing value.
 DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
@@ -37,10 +37,13 @@ _FALSE = {"false", "0", "no", "f", "n"}
 # RFC 3339 text that pyarrow's cast parses exactly as pandas does; any other text goes through pandas.
 _RFC3339 = r"^(19|20)\d\d-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-][0-2]\d:[0-5]\d)$"
 re.compile(_RFC3339)
+# Text that ends in a UTC offset (or Z); a time without one is local to a zone only the source can name.
+_OFFSET = re.compile(r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)$")
 
 
 def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
-    """Every column this record kind keeps, with its type: id, str, ts, num, bool, text, class."""
+    """Every column this record kind keeps, with its type: id, str, ts, num, bool, text, class; a feature's
+    is fnum (numeric) or cat (categorical): they also take booleans, as 1/0 and as "true"/"false"."""
     if kind == RecordKind.timings:
         return {"request_id": "id", "stage": "str", "duration_ms": "num", "start_ts": "ts"}
     if kind == RecordKind.labels:
@@ -54,19 +57,21 @@ def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
     else:
         kinds |= {"label": "class", "prediction": "class"} | {schema.score_column(c): "num" for c in schema.classes}
     kinds |= {s: "str" for s in schema.segments}
-    kinds |= {name: {"numeric": "num", "categorical": "str", "text": "text"}[k] for name, k in schema.features.items()}
+    kinds |= {name: {"numeric": "fnum", "categorical": "cat", "text": "text"}[k] for name, k in schema.features.items()}
     return kinds
 
 
 def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema: Schema, limits: Limits,
-             now: datetime) -> tuple[pd.DataFrame, list[Reject]]:
-    """Split parsed rows into accepted (typed, contract columns only, plus LINE) and rejected rows.
+             now: datetime, timezone: str | None = None) -> tuple[pd.DataFrame, list[Reject]]:
+    """Split parsed rows into accepted (typed, contract columns only, plus LINE and FILE) and rejected rows.
 
     `frame` may be an Arrow table: its columns are then checked in Arrow and only accepted contract
     columns become pandas (same result as for the DataFrame, without a Python object per cell).
+    `timezone`: the zone of timestamps written without an offset (None: they are `wrong_type`).
+    Positions name `file`, or each row's FILE when the rows come from several files.
     """
     if isinstance(frame, pa.Table):
-        return _validate_table(kind, frame, file, schema, limits, now)
+        return _validate_table(kind, frame, file, schema, limits, now, timezone)
     n = len(frame)
     marks = _Marks(n)
     mark, reason, flagged = marks.mark, marks.reason, marks.flagged
@@ -82,22 +87,27 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
     for name, typ in field_kinds(kind, schema).items():
         if name not in frame:
             continue
-        values, bad = _class_names(frame[name], schema) if typ == "class" else _convert(frame[name], typ)
+        values, bad = (_class_names(frame[name], schema) if typ == "class"
+                       else _convert(frame[name], typ, timezone))
         mark(bad, Reason.wrong_type)
         out[name] = values
 
     _check_values(out, kind, limits, now, mark)
 
     rejected = np.flatnonzero(flagged)
-    rejects = [Reject(f"{file}:{frame[LINE].iat[i]}", reason(i), _row_excerpt(frame, i)) for i in rejected]
+    files = frame[FILE].to_numpy(dtype=object) if FILE in frame else None
+    rejects = [Reject(f"{file if files is None else files[i]}:{frame[LINE].iat[i]}", reason(i), _row_excerpt(frame, i))
+               for i in rejected]
     keep = ~flagged
     accepted = pd.DataFrame({name: s[keep] for name, s in out.items()}, copy=False)
     accepted[LINE] = frame[LINE].to_numpy()[keep]
+    if files is not None:
+        accepted[FILE] = files[keep]
     return accepted.reset_index(drop=True), rejects
 
 
 def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema, limits: Limits,
-                    now: datetime) -> tuple[pd.DataFrame, list[Reject]]:
+                    now: datetime, timezone: str | None) -> tuple[pd.DataFrame, list[Reject]]:
     """`validate` for an Arrow table: the same checks in the same order, strings left in Arrow."""
     n = table.num_rows
     names = set(table.column_names)
@@ -115,7 +125,8 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     for name, typ in field_kinds(kind, schema).items():
         if name not in names:
             continue
-        values, bad = _class_names(table[name], schema) if typ == "class" else _convert_arrow(table[name], typ)
+        values, bad = (_class_names(table[name], schema) if typ == "class"
+                       else _convert_arrow(table[name], typ, timezone))
         mark(bad, Reason.wrong_type)
         out[name] = values
 
@@ -123,7 +134,9 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
 
     lines = table[LINE].to_numpy()
     rejected = np.flatnonzero(flagged)
-    rejects = [Reject(f"{file}:{lines[i]}", reason(i), _table_excerpt(table, int(i))) for i in rejected]
+    files = table[FILE].to_numpy() if FILE in names else None
+    rejects = [Reject(f"{file if files is None else files[i]}:{lines[i]}", reason(i), _table_excerpt(table, int(i)))
+               for i in rejected]
     keep = ~flagged
     some = len(rejected) > 0
     mask = pa.array(keep) if some else None
@@ -144,6 +157,8 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     accepted = (pd.DataFrame(columns, copy=False) if columns
                 else pd.DataFrame(index=pd.RangeIndex(int(keep.sum()))))
     accepted[LINE] = lines[keep] if some else lines
+    if files is not None:
+        accepted[FILE] = files[keep] if some else files
     return accepted, rejects
 
 
@@ -236,7 +251,8 @@ def _bools(values) -> np.ndarray:
     return pc.fill_null(values, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
 
 
-def _convert_arrow(col: pa.ChunkedArray, typ: str) -> tuple[pd.Series | pa.ChunkedArray, np.ndarray]:
+def _convert_arrow(col: pa.ChunkedArray, typ: str,
+                   timezone: str | None = None) -> tuple[pd.Series | pa.ChunkedArray, np.ndarray]:
     """`_convert` for an Arrow column: the common types convert in Arrow; any other goes through pandas."""
     t = col.type
     n = len(col)
@@ -246,17 +262,17 @@ def _convert_arrow(col: pa.ChunkedArray, typ: str) -> tuple[pd.Series | pa.Chunk
             return col, none  # read as a dictionary (Parquet): each distinct text is one object, not one per row
         col = pc.cast(col, t.value_type)  # ids, times, numbers: their values, checked as any other column's
         t = col.type
-    if typ in ("id", "str", "text") and is_text(t):
+    if typ in ("id", "str", "text", "cat") and is_text(t):
         return col, none
-    if typ == "num" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+    if typ in ("num", "fnum") and (pa.types.is_integer(t) or pa.types.is_floating(t)):
         return pd.Series(pc.cast(col, pa.float64()).to_numpy()), none
     if typ == "bool" and pa.types.is_boolean(t):
         return col.to_pandas(), none
     if typ == "ts" and is_text(t):
-        return _rfc3339_to_utc(col)
-    if typ == "ts" and pa.types.is_timestamp(t):
+        return _rfc3339_to_utc(col, timezone)
+    if typ == "ts" and pa.types.is_timestamp(t) and (t.tz is not None or timezone is None):
         return _timestamps_to_ns(col)
-    return _convert(col.to_pandas(), typ)
+    return _convert(col.to_pandas(), typ, timezone)
 
 
 _NS_PER = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
@@ -275,7 +291,7 @@ def _timestamps_to_ns(col: pa.ChunkedArray) -> tuple[pd.Series, np.ndarray]:
     return pd.Series(ns.view("M8[ns]"), copy=False).dt.tz_localize("UTC"), present & ~fits
 
 
-def _rfc3339_to_utc(col: pa.ChunkedArray) -> tuple[pd.Series, np.ndarray]:
+def _rfc3339_to_utc(col: pa.ChunkedArray, timezone: str | None = None) -> tuple[pd.Series, np.ndarray]:
     """RFC 3339 text parsed by pyarrow; text of any other form (few rows, usually) by `_to_utc`."""
     present = _bools(col.is_valid())
     rfc = _bools(pc.match_substring_regex(col, _RFC3339))
@@ -294,7 +310,7 @@ def _rfc3339_to_utc(col: pa.ChunkedArray) -> tuple[pd.Series, np.ndarray]:
     if rest.any():
         rows = np.flatnonzero(rest)
         text = col.take(pa.array(rows)).to_pandas()
-        converted, _ = _to_utc(text, np.ones(len(rows), bool))
+        converted, _ = _to_utc(text, np.ones(len(rows), bool), timezone)
         values[rows] = converted.dt.tz_localize(None).to_numpy()
     result = pd.Series(values).dt.tz_localize("UTC")
     return result, present & np.isnat(values)
@@ -309,11 +325,32 @@ def _table_excerpt(table: pa.Table, i: int) -> str:
         return excerpt(repr(row))
 
 
-def _convert(s: pd.Series, typ: str) -> tuple[pd.Series, np.ndarray]:
+def _convert(s: pd.Series, typ: str, timezone: str | None = None) -> tuple[pd.Series, np.ndarray]:
     """The column in its contract type, and a mask of values present but not convertible."""
     present = s.notna().to_numpy()
     if typ == "ts":
-        return _to_utc(s, present)
+        return _to_utc(s, present, timezone)
+    if typ in ("fnum", "cat"):
+        if pd.api.types.is_bool_dtype(s):  # a boolean feature: 1/0 when numeric, "true"/"false" when categorical
+            return (s.astype(float), np.zeros(len(s), bool)) if typ == "fnum" else (
+                s.map({True: "true", False: "false"}).astype(object), np.zeros(len(s), bool))
+        raw = s.to_numpy(dtype=object)
+        if typ == "fnum" and (s.dtype == object or pd.api.types.is_string_dtype(s)):
+            # CSV writes a boolean as text: `true` / `false` count as 1 / 0 for a numeric feature.
+            text = s.astype(str).str.strip().str.lower()
+            words = text.isin(("true", "false")).to_numpy() & present
+            if words.any():
+                raw = raw.copy()
+                raw[words] = (text[words] == "true").to_numpy()
+                s = pd.Series(raw, index=s.index, dtype=object)
+        flags = np.array([isinstance(v, bool | np.bool_) for v in raw], dtype=bool) if s.dtype == object else None
+        if flags is not None and flags.any():
+            rest, bad = _convert(s.where(~flags), "num" if typ == "fnum" else "str")
+            as_bool = pd.Series(raw[flags].astype(bool), index=s.index[flags])
+            rest = rest.astype(object)
+            rest[flags] = (as_bool.astype(float) if typ == "fnum" else as_bool.map({True: "true", False: "false"}))
+            return (rest.astype(float) if typ == "fnum" else rest), bad & ~flags
+        typ = "num" if typ == "fnum" else "str"
     if typ == "num":
         if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             return s.astype(float), np.zeros(len(s), bool)
@@ -370,12 +407,14 @@ def _as_text(value) -> str:
     return str(value)
 
 
-def _to_utc(s: pd.Series, present: np.ndarray) -> tuple[pd.Series, np.ndarray]:
-    """RFC 3339 text or epoch seconds -> datetime64[ns, UTC]; unconvertible values are flagged."""
+def _to_utc(s: pd.Series, present: np.ndarray, timezone: str | None = None) -> tuple[pd.Series, np.ndarray]:
+    """RFC 3339 text or epoch seconds -> datetime64[ns, UTC]; unconvertible values are flagged, and so is
+    text without an offset unless `timezone` names the zone it was written in."""
     if isinstance(s.dtype, pd.DatetimeTZDtype):
         return _as_ns(s.dt.tz_convert("UTC"), present)
     if pd.api.types.is_datetime64_dtype(s):
-        return _as_ns(s.dt.tz_localize("UTC"), present)
+        local = s.dt.tz_localize(timezone, ambiguous="NaT", nonexistent="NaT") if timezone else s.dt.tz_localize("UTC")
+        return _as_ns(local.dt.tz_convert("UTC"), present)
     if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
         values = _from_epoch(s.astype(float))
         return values, present & values.isna().to_numpy()
@@ -394,7 +433,17 @@ def _to_utc(s: pd.Series, present: np.ndarray) -> tuple[pd.Series, np.ndarray]:
         result[text.index[numeric_text]] = _from_epoch(as_num[numeric_text])
         rest = text[~numeric_text]
         if len(rest):
-            result[rest.index] = pd.to_datetime(rest, utc=True, errors="coerce", format="ISO8601")
+            offset = rest.str.strip().str.contains(_OFFSET).to_numpy(dtype=bool)
+            if offset.any():
+                result[rest.index[offset]] = pd.to_datetime(rest[offset], utc=True, errors="coerce", format="ISO8601")
+            if timezone is not None and not offset.all():
+                naive = pd.to_datetime(rest[~offset], errors="coerce", format="ISO8601")
+                if isinstance(naive.dtype, pd.DatetimeTZDtype):  # parsed an offset the pattern missed
+                    naive = naive.dt.tz_convert("UTC")
+                else:
+                    naive = naive.dt.tz_localize(timezone, ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+                result[rest.index[~offset]] = naive
+            # Without a zone a time without an offset stays NaT: flagged `wrong_type` below.
     if is_num.any():
         result[is_num] = _from_epoch(s[is_num].astype(float))
     if is_dt.any():

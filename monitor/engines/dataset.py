@@ -7,22 +7,80 @@ join by request_id (docs/scale.md).
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from monitor.config import Limits, Schema
+from monitor.contract import Reason, RecordKind
 from monitor.frame import STAGE_PREFIX
+from monitor.sources import LINE
+from monitor.validate import validate
 
 PARTITION = "hour"
 HOUR_FORMAT = "%Y-%m-%dT%H"  # partition values sort as text in time order
 
 
-def read_jsonl(folder: Path) -> pd.DataFrame:
-    """Every `*.jsonl` file of a folder, values as written (timestamps stay text)."""
-    frames = [pd.read_json(path, lines=True, dtype=False, convert_dates=False, precise_float=True) for path in sorted(Path(folder).glob("*.jsonl"))]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def read_jsonl(folder: Path, kind: RecordKind | None = None, schema: Schema | None = None,
+               now: datetime | None = None) -> pd.DataFrame:
+    """Every `*.jsonl` file of a folder, values as written (timestamps stay text), without the rows a tick
+    would quarantine (checked as `kind`, guessed from the columns when None, against `schema`'s fields).
+
+    `frame.attrs["quarantined"]` counts the rows left out, by reason code.
+    """
+    frames, skipped = [], Counter()
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        frame, reasons = _valid_rows(path, kind, schema or Schema(), now or datetime.now(UTC))
+        frames.append(frame)
+        skipped.update(reasons)
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out.attrs["quarantined"] = dict(skipped)
+    return out
+
+
+def _valid_rows(path: Path, kind: RecordKind | None, schema: Schema, now: datetime) -> tuple[pd.DataFrame, Counter]:
+    """One file's rows that meet the contract, as written, and the reasons of those that do not."""
+    reasons: Counter = Counter()
+    try:
+        frame = pd.read_json(path, lines=True, dtype=False, convert_dates=False, precise_float=True)
+    except ValueError:
+        # A line that is not a JSON object: the others are read one by one, each bad line counted.
+        records = []
+        for number, line in enumerate(path.read_bytes().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                records.append(value | {LINE: number})
+            else:
+                reasons[Reason.unparseable.value] += 1
+        frame = pd.DataFrame.from_records(records)
+    else:
+        frame[LINE] = range(1, len(frame) + 1)
+    if frame.empty:
+        return frame.drop(columns=[LINE], errors="ignore"), reasons
+    kind = kind or _guess_kind(frame)
+    _, rejects = validate(kind, frame, path.name, schema, Limits(), now)
+    bad = {int(r.position.rsplit(":", 1)[1]) for r in rejects}
+    reasons.update(r.reason.value for r in rejects)
+    keep = ~frame[LINE].isin(bad)
+    return frame[keep].drop(columns=[LINE]).reset_index(drop=True), reasons
+
+
+def _guess_kind(frame: pd.DataFrame) -> RecordKind:
+    if {"stage", "duration_ms"} <= set(frame.columns):
+        return RecordKind.timings
+    if "label" in frame and "ts" not in frame:
+        return RecordKind.labels
+    return RecordKind.predictions
 
 
 def joined_rows(predictions: pd.DataFrame, timings: pd.DataFrame | None) -> pd.DataFrame:

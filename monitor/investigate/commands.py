@@ -3,7 +3,6 @@ its options, calls monitor.query / monitor.investigate, and prints. Registered o
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -15,7 +14,16 @@ from rich.console import Console
 
 from monitor import query as q
 from monitor.config import ConfigError
-from monitor.investigate.output import FORMATS, emit, parse_labels, split_list, table, time_range
+from monitor.investigate.output import (
+    FORMATS,
+    dumps,
+    emit,
+    json_records,
+    parse_labels,
+    split_list,
+    table,
+    time_range,
+)
 
 out = Console()
 DEFAULT_RANGE = timedelta(hours=24)
@@ -234,12 +242,15 @@ def query_logs(
     except (LogsError, OSError) as exc:
         _Ctx.fail(str(exc))
     if fmt == "json":
-        sys.stdout.write(json.dumps({"stage": stage, "min_ms": min_ms, "matched": result.matched,
-                                     "scanned": result.scanned, "requests": q.records(result.requests),
-                                     "aggregates": q.records(result.aggregates)}, indent=2) + "\n")
+        sys.stdout.write(dumps({"stage": stage, "min_ms": min_ms, "matched": result.matched,
+                                "scanned": result.scanned, "skipped": result.skipped,
+                                "requests": json_records(result.requests),
+                                "aggregates": json_records(result.aggregates)}, indent=2) + "\n")
         return
+    skipped = sum(result.skipped.values())
     emit(result.requests, fmt, out, title=f"slowest {len(result.requests)} of {result.matched:,} matching requests "
-         f"({result.scanned:,} in range) by {stage or 'total latency'}")
+         f"({result.scanned:,} in range) by {stage or 'total latency'}"
+         + (f"; {skipped:,} rows left out as the tick quarantines them" if skipped else ""))
     if fmt == "table" and not result.aggregates.empty:
         out.print(table(result.aggregates.head(15), "what the matching requests share (lift = share / share of all)"))
 
@@ -258,7 +269,7 @@ def compare_cmd(
     profile, _ = stored_profile(store, svc) if svc.reference is not None else (None, None)
     result = _run(lambda: compare(store, svc, baseline, candidate, start, end, profile))
     if fmt == "json":
-        sys.stdout.write(json.dumps({
+        sys.stdout.write(dumps({
             "baseline": baseline, "candidate": candidate, "since": q.jsonable(start), "until": q.jsonable(end),
             "metrics": q.records(result.table), "constraints": q.records(result.constraints),
             "passed": result.passed}, indent=2) + "\n")
@@ -305,7 +316,7 @@ def explain_cmd(
     groups = svc.quality.groups if svc.quality is not None else {}
     result = _run(lambda: explain(store, svc.name, incident, groups=groups))
     if fmt == "json":
-        sys.stdout.write(json.dumps(q.jsonable(result.as_dict()), indent=2) + "\n")
+        sys.stdout.write(dumps(q.jsonable(result.as_dict()), indent=2) + "\n")
     else:
         render(result, out)
 

@@ -6,7 +6,8 @@ Output holds request ids and aggregates; raw feature values only when asked for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -15,7 +16,7 @@ import pyarrow.compute as pc
 
 from monitor.config import FileSource, Limits, Schema, Service
 from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
-from monitor.sources import LINE, open_source
+from monitor.sources import FILE, LINE, open_source
 from monitor.validate import validate
 
 # Prediction fields that say where a request went and under which versions: what "most affected" is cut by.
@@ -41,30 +42,44 @@ class Drill:
     scanned: int  # requests in the time range
     stage: str | None
     min_ms: float | None
+    skipped: dict[str, int] = field(default_factory=dict)  # rows left out as a tick quarantines them, by reason
 
 
 def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limits,
-          columns: set[str] | None, now: datetime, keep=None) -> pd.DataFrame:
-    """Every valid row of a file source, typed by the contract; `keep(table)` filters in Arrow first."""
+          columns: set[str] | None, now: datetime, skipped: Counter, keep=None) -> pd.DataFrame:
+    """Every valid row of a file source, typed by the contract; `keep(table)` filters in Arrow first.
+    Rows the tick would quarantine are left out and counted in `skipped`, by reason code."""
     if not isinstance(source_cfg, FileSource):
         raise LogsError(f"{name}: drill-down reads file sources; this one is {source_cfg.kind}")
     frames = []
     for batch in open_source(name, source_cfg, limits).read({}):
+        skipped.update(r.reason.value for r in batch.rejects)
         for raw in (batch.table, batch.frame):
-            if raw is None or (isinstance(raw, pd.DataFrame) and raw.empty):
+            if raw is None or not len(raw):
                 continue
             if isinstance(raw, pd.DataFrame):
-                raw = pa.Table.from_pandas(raw, preserve_index=False) if LINE in raw else None
-                if raw is None:
-                    continue
-            if columns is not None:
-                raw = raw.select([c for c in raw.column_names if c in columns or c == LINE])
-            if keep is not None:
-                raw = raw.filter(keep(raw))
-            if raw.num_rows:
-                accepted, _ = validate(kind, raw, batch.file, schema, limits, now)
-                frames.append(accepted.drop(columns=[LINE]))
+                # The rows whose types differ from their neighbours': checked as they are, in pandas (Arrow
+                # cannot hold a column of numbers and text), then filtered as typed rows.
+                if columns is not None:
+                    raw = raw[[c for c in raw.columns if c in columns or c == LINE]]
+                accepted, bad = validate(kind, raw, batch.file, schema, limits, now, source_cfg.timezone)
+                if keep is not None and len(accepted):
+                    accepted = accepted[_bools(keep(pa.Table.from_pandas(accepted.drop(columns=[LINE]),
+                                                                         preserve_index=False)))]
+            else:
+                if columns is not None:
+                    raw = raw.select([c for c in raw.column_names if c in columns or c == LINE])
+                if keep is not None:
+                    raw = raw.filter(keep(raw))
+                accepted, bad = validate(kind, raw, batch.file, schema, limits, now, source_cfg.timezone)
+            skipped.update(r.reason.value for r in bad)
+            if len(accepted):
+                frames.append(accepted.drop(columns=[LINE, FILE], errors="ignore"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _bools(values) -> list[bool]:
+    return pc.fill_null(values, False).to_pylist()
 
 
 def drill(service: Service, limits: Limits, *, since: datetime, until: datetime, stage: str | None = None,
@@ -74,12 +89,16 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
     latency_ms), keeping those at or above `min_ms`; and how the matching requests split by dimension."""
     now = now or datetime.now(UTC)
     schema = service.schema_
-    shown_schema = schema if features else Schema(segments=schema.segments, signals=schema.signals)
-    wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | (set(schema.features) if features else set())
+    # Features are read and checked even when not shown: a row the tick quarantines for one is left out here.
+    wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | set(schema.features)
+    skipped: Counter = Counter()
     preds = _read(service.sources.predictions, f"{service.name}/predictions", RecordKind.predictions,
-                  shown_schema, limits, wanted, now)
+                  schema, limits, wanted, now, skipped)
+    if not features:
+        hidden = [c for c in schema.features if c not in SHOWN and c not in schema.segments and c not in schema.signals]
+        preds = preds.drop(columns=hidden, errors="ignore")
     if preds.empty:
-        return _empty(stage, min_ms)
+        return _empty(stage, min_ms, skipped)
     ts = preds["ts"]
     inside = (ts >= pd.Timestamp(since)) & (ts < pd.Timestamp(until))
     if model_version is not None:
@@ -88,7 +107,7 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
         inside &= preds["status"].astype(str) == status
     preds = preds[inside.to_numpy()].reset_index(drop=True)
     if preds.empty:
-        return _empty(stage, min_ms)
+        return _empty(stage, min_ms, skipped)
     if stage is None:
         if "latency_ms" not in preds:
             raise LogsError("the predictions carry no latency_ms; give --stage to rank by a stage timing")
@@ -100,7 +119,7 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
         if service.sources.timings.format == "otlp":
             raise LogsError("drill-down by stage reads timing rows (JSONL, CSV, Parquet), not OTLP spans")
         timings = _read(service.sources.timings, f"{service.name}/timings", RecordKind.timings, schema, limits,
-                        {"request_id", "stage", "duration_ms"}, now,
+                        {"request_id", "stage", "duration_ms"}, now, skipped,
                         keep=lambda t: pc.fill_null(pc.equal(pc.cast(t["stage"], pa.string()), stage), False)
                         if "stage" in t.column_names else pa.array([False] * t.num_rows))
         if timings.empty:
@@ -118,7 +137,8 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
     first = ["request_id", "ts", "model_version", "status", measure]
     rest = [c for c in ranked.columns if c not in first]
     top_rows = ranked.head(top)[first + rest].reset_index(drop=True)
-    return Drill(top_rows, _aggregates(ranked, preds, schema), len(ranked), len(preds), stage, min_ms)
+    return Drill(top_rows, _aggregates(ranked, preds, schema), len(ranked), len(preds), stage, min_ms,
+                 dict(skipped))
 
 
 def _aggregates(matched: pd.DataFrame, everyone: pd.DataFrame, schema: Schema) -> pd.DataFrame:
@@ -138,7 +158,7 @@ def _aggregates(matched: pd.DataFrame, everyone: pd.DataFrame, schema: Schema) -
     return frame.sort_values(["lift", "requests"], ascending=False, kind="stable", ignore_index=True)
 
 
-def _empty(stage: str | None, min_ms: float | None) -> Drill:
+def _empty(stage: str | None, min_ms: float | None, skipped: Counter) -> Drill:
     return Drill(pd.DataFrame(columns=["request_id", "ts", "model_version", "status"]),
                  pd.DataFrame(columns=["dimension", "value", "requests", "share", "share_of_all", "lift"]),
-                 0, 0, stage, min_ms)
+                 0, 0, stage, min_ms, dict(skipped))

@@ -3,10 +3,13 @@ for scripts; and the time and filter arguments the investigation commands share.
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pandas as pd
@@ -14,10 +17,51 @@ from rich.console import Console
 from rich.table import Table
 
 from monitor.config import parse_duration
-from monitor.query import jsonable, records
+from monitor.query import jsonable
 
 FORMATS = ("table", "csv", "json")
 MAX_CELL = 60
+
+
+def json_cell(value: Any) -> Any:
+    """`query.jsonable`, for any cell a table or a query can hold: a time without a zone is UTC (as
+    stored); what JSON has no type for is left to `json_default`."""
+    if isinstance(value, datetime | pd.Timestamp) and not pd.isna(value) and value.tzinfo is None:
+        value = pd.Timestamp(value).tz_localize("UTC")
+    if isinstance(value, dict):
+        return {str(k): json_cell(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_cell(v) for v in value]
+    return jsonable(value)
+
+
+def json_default(value: Any) -> Any:
+    """JSON for the cell types `json.dumps` refuses: bytes as base64 text, decimals as numbers, dates and
+    times as ISO text, durations in seconds, arrays as lists; anything else as its text."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Decimal):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, pd.Timedelta | timedelta):
+        return pd.Timedelta(value).total_seconds()
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if hasattr(value, "tolist"):
+        return json_cell(value.tolist())
+    if isinstance(value, set | frozenset):
+        return [json_cell(v) for v in sorted(value, key=str)]
+    return str(value)
+
+
+def dumps(value: Any, **kwargs) -> str:
+    """`json.dumps` with `json_default` for whatever a column may hold."""
+    return json.dumps(value, default=json_default, **kwargs)
+
+
+def json_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Any table's rows as JSON objects (column -> value), whatever the column types."""
+    return [{str(k): json_cell(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
 def parse_time(value: str | None, now: datetime, what: str) -> datetime | None:
@@ -98,16 +142,16 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
 
 
 def emit(frame: pd.DataFrame, fmt: str, console: Console, *, title: str | None = None,
-         json_records: Callable[[pd.DataFrame], list[dict]] = records, columns: list[str] | None = None,
+         json_records: Callable[[pd.DataFrame], list[dict]] = json_records, columns: list[str] | None = None,
          empty: str = "nothing matched") -> None:
     """Print `frame` as a table (with `columns` first), CSV (every column) or JSON (`json_records`)."""
     if fmt == "json":
-        sys.stdout.write(json.dumps(json_records(frame), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(dumps(json_records(frame), indent=2, ensure_ascii=False) + "\n")
     elif fmt == "csv":
         flat = frame.copy()
         for name in flat.columns:
             if flat[name].dtype == object:
-                flat[name] = [json.dumps(jsonable(v), sort_keys=True) if isinstance(v, dict | list) else v
+                flat[name] = [dumps(json_cell(v), sort_keys=True) if isinstance(v, dict | list) else v
                               for v in flat[name]]
         sys.stdout.write(flat.to_csv(index=False))
     elif frame.empty:
