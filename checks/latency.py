@@ -3,10 +3,19 @@ second, failure / timeout / reject rates, throughput and queue trend, vs the tra
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from checks.base import Finding, check, widen
-from checks.stats import quantile_level, quantile_needed, quantile_ranks, wilson
+from checks.stats import (
+    Z95,
+    poisson_interval,
+    quantile_level,
+    quantile_needed,
+    quantile_ranks,
+    rate_ratio_interval,
+    wilson,
+)
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import (
     ARRIVAL,
@@ -171,6 +180,7 @@ def _service(window: Partial, baseline: Partial | None, params: LatencyThreshold
             status = "breach" if value < base * params.min_throughput_ratio else "ok"
         out.append(Finding("latency", {"throughput": what}, value, status, arrivals, baseline=base,
                            effect=value / base if value is not None and base else None,
+                           interval=None if value is None else _throughput_interval(window, what, total, span),
                            detail={"unit": f"{what.replace('_', ' ')}/s", "span_s": span, "baseline_span_s": b_span}))
     done, completions = _span(window, COMPLETION)
     if completions:
@@ -185,5 +195,24 @@ def _service(window: Partial, baseline: Partial | None, params: LatencyThreshold
             status = "breach" if value < 1 - params.max_backlog_share else "ok"
         out.append(Finding("latency", {"queue": "completions_vs_arrivals"}, value, status, completions,
                            baseline=base, effect=None if value is None else value - 1,
+                           interval=None if value is None else rate_ratio_interval(value, completions, arrivals),
                            detail={"arrival_span_s": span, "completion_span_s": done, "arrivals": arrivals}))
     return out
+
+
+def _throughput_interval(window: Partial, what: str, total: float, span: float) -> tuple[float, float]:
+    """95% interval of a per-second throughput: the exact Poisson interval of the valid requests over the
+    span; for tokens, the requests' interval times the 95% range of their mean tokens per request (the
+    two spreads combined on the log scale)."""
+    if what == "samples":
+        low, high = poisson_interval(total)
+        return low / span, high / span
+    sk = window.sketches[f"{TOKENS}{what.removesuffix('_tokens')}"]
+    value, n = total / span, sk.count
+    low, high = poisson_interval(n)
+    rel = [low / n, high / n] if n else [0.0, 0.0]
+    mean, var = sk.mean, sk.var
+    if n > 1 and mean and var is not None:
+        spread = Z95 * math.sqrt(var / n) / mean  # the mean's relative standard error, as a log-scale spread
+        rel = [rel[0] * math.exp(-spread), rel[1] * math.exp(spread)]
+    return value * rel[0], value * rel[1]

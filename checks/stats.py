@@ -66,6 +66,24 @@ def quantile_level(n: int, q: float) -> float:
     return max(0.0, 1 - q ** n - (1 - q) ** n) if n else 0.0
 
 
+def poisson_interval(k: float) -> tuple[float, float]:
+    """Exact (Garwood) 95% interval of a Poisson mean from one count k: the events expected in the same
+    exposure. (0, 3.69) when k is 0."""
+    low = float(stats.chi2.ppf(0.025, 2 * k) / 2) if k > 0 else 0.0
+    return low, float(stats.chi2.ppf(0.975, 2 * k + 2) / 2)
+
+
+def rate_ratio_interval(value: float, k_num: int, k_den: int) -> tuple[float, float] | None:
+    """95% interval of a ratio of two event rates, each estimated as (k - 1) events over the span between
+    its first and last event (a Poisson process: span x rate ~ Gamma(k - 1)), so the ratio of the
+    estimates over the true ratio is F(2(k_num - 1), 2(k_den - 1)). Treats the two spans as independent,
+    which widens the interval when they share requests. None below 2 events on either side."""
+    if k_num < 2 or k_den < 2:
+        return None
+    f = stats.f(2 * (k_num - 1), 2 * (k_den - 1))
+    return value / float(f.ppf(0.975)), value / float(f.ppf(0.025))
+
+
 def dispersion(pairs: list[tuple[int, int]]) -> float:
     """How many times more a rate varies between buckets than independent draws would: Pearson chi-square
     of the (k, n) buckets over its degrees of freedom (the quasi-binomial scale), at least 1. 1 with

@@ -273,3 +273,23 @@ def test_unknown_baseline_is_a_config_error(tmp_path):
                          "baseline": "last_week"}]}
     with pytest.raises(ConfigError, match=r"services\[0\]\.baseline"):
         parse(raw)
+
+
+def test_every_latency_finding_with_a_value_has_an_interval(make, window):
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    base = window(make(3000, **generative(3000, rng)))
+    w = window(make(1500, **generative(1500, rng)))
+    f = latency(w, None, base, LatencyThreshold())
+    lacking = [x.labels for x in f if x.value is not None and x.interval is None]
+    assert not lacking
+    samples = find(f, throughput="samples")
+    span = samples.detail["span_s"]
+    k = w.counts["status:ok"]
+    assert samples.interval == pytest.approx((stats.chi2.ppf(0.025, 2 * k) / 2 / span,
+                                              stats.chi2.ppf(0.975, 2 * k + 2) / 2 / span))
+    for x in f:
+        if x.value is not None and ("throughput" in x.labels or "queue" in x.labels):
+            assert x.interval[0] <= x.value <= x.interval[1], x.labels
+    assert find(f, throughput="output_tokens").interval[1] > samples.interval[1] * 20
