@@ -156,7 +156,7 @@ def test_a_missing_slack_token_is_loud_at_start_and_on_every_drain(tmp_path, rec
     try:
         page = wait_for(lambda: (p := get(port, "/metrics"))[0] == 200
                         and metric(samples(p[1]), "tailwatch_ticks_total") >= 2 and samples(p[1]),
-                        timeout=60, what="two ticks in /metrics")
+                        timeout=180, what="two ticks in /metrics")
         assert metric(page, "tailwatch_notifications_undeliverable") == 1
         assert get(port, "/readyz") == (503, f"fail: database reachable, schema current; notifications "
                                              f"undeliverable: {why}\n")
