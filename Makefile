@@ -23,13 +23,13 @@ demo: $(STAMP)
 # Two pytest-xdist workers; --dist loadscope keeps each module on one worker, so a module's shared
 # scenario runs are made once.
 test: $(STAMP)
-	sh tests/setup/browser.sh
-	sh tests/setup/logrotate.sh
+	sh tests/setup/debian.sh chromium chromium "the report's browser test"
+	sh tests/setup/debian.sh logrotate logrotate "the log-shipping test"
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 # Fuzz, fault, crash and canary tests, with a summary table (rows lost and duplicates must be 0).
 reliability: $(STAMP)
-	sh tests/setup/logrotate.sh
+	sh tests/setup/debian.sh logrotate logrotate "the log-shipping test"
 	$(BIN)/python -m pytest -q -m reliability -p no:cacheprovider -p no:warnings tests
 
 lint: $(STAMP)

@@ -51,8 +51,8 @@ def test_report_is_self_contained_and_holds_the_plots(report_html):
 def chromium(path, shot) -> str:
     """Open `path` in headless Chromium, screenshot it, and return what it logged (console included)."""
     if CHROMIUM is None:
-        # `make test` installs it (tests/setup/browser.sh) where it may; CI must not pass by skipping.
-        reason = "chromium is not installed and tests/setup/browser.sh could not install it (needs root)"
+        # `make test` installs it (tests/setup/debian.sh) where it may; CI must not pass by skipping.
+        reason = "chromium is not installed and tests/setup/debian.sh could not install it (needs root)"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)

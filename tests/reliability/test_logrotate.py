@@ -2,7 +2,7 @@
 ticks (rename and create, compress, delaycompress, copytruncate) while rows keep being appended, before
 and after each rotation. What is stored must equal what was written: no row lost, none counted twice.
 
-Needs /usr/sbin/logrotate (tests/setup/logrotate.sh installs Debian's package when allowed): skipped
+Needs /usr/sbin/logrotate (tests/setup/debian.sh installs Debian's package when allowed): skipped
 without it, failed under CI=true.
 """
 
@@ -41,8 +41,8 @@ BATCH = 150  # rows appended at a time
 def logrotate():
     if LOGROTATE is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("logrotate is not installed (tests/setup/logrotate.sh installs it)")
-        pytest.skip("logrotate is not installed: run tests/setup/logrotate.sh (needs root or sudo)")
+            pytest.fail("logrotate is not installed (tests/setup/debian.sh installs it)")
+        pytest.skip("logrotate is not installed: run tests/setup/debian.sh (needs root or sudo)")
     return LOGROTATE
 
 
