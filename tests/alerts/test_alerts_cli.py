@@ -23,13 +23,14 @@ def tw(*args: str, cwd: Path):
                               env={"COLUMNS": "250", "TW_SLACK_TOKEN": TOKEN})
 
 
-def test_alerts_silences_and_drain_from_the_command_line(tmp_path, fake_slack):
+def slower_store(tmp_path: Path, alerts: dict) -> str:
+    """A one-service config with `alerts` in tmp_path, its database upgraded, one `slower` window stored and
+    the alert stage run at at(1); returns that clock as RFC 3339."""
     (tmp_path / "logs").mkdir()
     raw = {"storage": {"url": "sqlite:///tw.db"},
            "services": [{"name": "churn", "sources": {"predictions": {"kind": "files", "path": "./logs"}},
                          "buckets": {"size": "5m", "windows": ["15m"]}, "join": {"lateness": "5m"}}],
-           "alerts": {"group_wait": "0s", "slack": {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts",
-                                                    "base_url": fake_slack.base_url, "timeout": "2s"}}}
+           "alerts": alerts}
     (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw))
     assert tw("db", "upgrade", cwd=tmp_path).exit_code == 0
     config = config_mod.load(tmp_path / "tailwatch.yaml")
@@ -39,7 +40,12 @@ def test_alerts_silences_and_drain_from_the_command_line(tmp_path, fake_slack):
         after_tick(config, store, at(1))
     finally:
         store.dispose()
-    now = at(1).isoformat()
+    return at(1).isoformat()
+
+
+def test_alerts_silences_and_drain_from_the_command_line(tmp_path, fake_slack):
+    now = slower_store(tmp_path, {"group_wait": "0s", "slack": {
+        "token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts", "base_url": fake_slack.base_url, "timeout": "2s"}})
 
     listed = tw("alerts", "--now", now, cwd=tmp_path)
     assert listed.exit_code == 0, listed.output

@@ -12,7 +12,7 @@ import pytest
 from alerts_support import TOKEN, make_config
 from sqlalchemy import select
 from test_after_tick import at, write_window
-from test_alerts_cli import tw
+from test_alerts_cli import slower_store, tw
 
 from monitor.alerts import after_tick
 from monitor.notify import drain
@@ -82,27 +82,8 @@ def test_every_drain_says_so_and_nothing_is_lost(open_store, tmp_path, fake_slac
 
 
 def test_alerts_shows_it_and_notify_drain_fails(tmp_path, fake_slack):
-    import yaml
-
-    (tmp_path / "logs").mkdir()
     secret_file = tmp_path / "no-such-token"
-    raw = {"storage": {"url": "sqlite:///tw.db"},
-           "services": [{"name": "churn", "sources": {"predictions": {"kind": "files", "path": "./logs"}},
-                         "buckets": {"size": "5m", "windows": ["15m"]}, "join": {"lateness": "5m"}}],
-           "alerts": slack_with(fake_slack, {"file": str(secret_file)})}
-    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw))
-    assert tw("db", "upgrade", cwd=tmp_path).exit_code == 0
-    from monitor import config as config_mod
-    from storage.store import Store
-
-    config = config_mod.load(tmp_path / "tailwatch.yaml")
-    store = Store(config.storage.url)
-    try:
-        write_window(store, 0, "slower")
-        after_tick(config, store, at(1))
-    finally:
-        store.dispose()
-    now = at(1).isoformat()
+    now = slower_store(tmp_path, slack_with(fake_slack, {"file": str(secret_file)}))
     why = f"alerts.slack.token: cannot read secret file {secret_file}: No such file or directory"
     listed = tw("alerts", "--now", now, cwd=tmp_path)
     assert listed.exit_code == 0, listed.output
