@@ -47,6 +47,7 @@ from sqlalchemy.orm import Session
 
 from monitor import jobs
 from monitor.config import Config, FileSource, Service
+from monitor.durations import duration_text
 from monitor.otlp import parse_otlp
 from monitor.sources import _BOM, LINE, DirectorySource, file_format, parse_csv, parse_jsonl
 from monitor.validate import _from_epoch
@@ -97,15 +98,6 @@ def default_staging(store: Store) -> Path:
     return Path("tailwatch-backfill").resolve()
 
 
-def step_text(step: timedelta) -> str:
-    """A step as the CLI takes it: `1h`, `15m`, `90s`, `2d`."""
-    seconds = int(step.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def default_step(config: Config) -> timedelta:
     """The smallest window any service scores: a step never skips a window's close."""
     return min(w for service in config.services for w in service.buckets.windows)
@@ -139,7 +131,7 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, step:
         if (open_run["since"], open_run["until"], open_run["step_seconds"]) != (since, until, int(step.total_seconds())):
             raise BackfillError(
                 f"an unfinished backfill of {open_run['since'].isoformat()} .. {open_run['until'].isoformat()} "
-                f"(--step {step_text(timedelta(seconds=open_run['step_seconds']))}) exists; rerun it with those "
+                f"(--step {duration_text(timedelta(seconds=open_run['step_seconds']))}) exists; rerun it with those "
                 "arguments to resume it")
         staging = Path(open_run["staging"])
         if not staging.is_dir():

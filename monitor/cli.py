@@ -16,6 +16,7 @@ from rich.table import Table
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
+from monitor.durations import duration_text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tailwatch: tells 'the service got slower' apart from 'the predictions got worse'.")
@@ -298,7 +299,7 @@ def backfill(
         lock.release()
     resumed = f" (resumed after {result.resumed_from:%Y-%m-%d %H:%M})" if result.resumed_from else ""
     state = "done" if result.done else "stopped; rerun the same command to resume"
-    out.print(f"backfill run {result.run_id}: {result.steps} steps of {backfill_mod.step_text(result.step)}{resumed}, clock at "
+    out.print(f"backfill run {result.run_id}: {result.steps} steps of {duration_text(result.step)}{resumed}, clock at "
               f"{result.reached:%Y-%m-%d %H:%M} UTC: {state}")
 
 

@@ -7,7 +7,6 @@ Relative paths are read relative to the config file's directory. All durations a
 from __future__ import annotations
 
 import os
-import re
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,30 +27,15 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 
 from monitor.classes import class_name
+from monitor.durations import parse_duration
 
 DEFAULT_PATH = "tailwatch.yaml"
 ENV_CONFIG = "TAILWATCH_CONFIG"
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
 class ConfigError(Exception):
     """A config that cannot be used; the message names the field path and the bad value."""
-
-
-def parse_duration(value: Any) -> timedelta:
-    """`5m`, `1h`, `30s`, `1d`, `250ms` or seconds as a number -> timedelta."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        return timedelta(seconds=value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"not a duration (use e.g. 30s, 5m, 1h, 1d): {value!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from ddsketch.mapping import LogarithmicMapping
 
+from monitor.durations import duration_text
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import ALL, LATENCY, RELATIVE_ACCURACY, Partial, Sketch, merge_all
 
@@ -134,14 +135,6 @@ class RuleResult:
     text: str
 
 
-def _label(d: timedelta) -> str:
-    s = int(d.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s % size == 0:
-            return f"{s // size}{unit}"
-    return f"{s}s"
-
-
 def evaluate(rule, load: Callable[[datetime, datetime], Partial], end: datetime, window: timedelta) -> RuleResult:
     """Evaluate config rule `rule` (monitor.config.SloRule) on partials `load(start, end)` returns for the
     stretch ending at `end`: the objective on [end - window, end), or its burn-rate conditions."""
@@ -158,7 +151,7 @@ def evaluate(rule, load: Callable[[datetime, datetime], Partial], end: datetime,
                 mm = m if span == window else measure(objective, load(end - span, end), rule.min_n)
                 rate = None if mm.bad_share is None else mm.bad_share / objective.budget
                 if rate is not None:
-                    burn[_label(span)] = round(rate, 3)
+                    burn[duration_text(span)] = round(rate, 3)
                 rates.append((rate, mm.enough))
             enough = enough or all(e for _, e in rates)
             fired = fired or all(r is not None and e and r >= cond.factor for r, e in rates)
@@ -169,7 +162,7 @@ def evaluate(rule, load: Callable[[datetime, datetime], Partial], end: datetime,
         unit = " ms" if objective.kind == "latency" else ""
         shown = "-" if m.value is None else (f"{m.value:.4g}{unit}" if objective.kind == "latency"
                                              else f"{m.value:.2%}")
-        text = f"{rule.slo}: {shown} over {_label(window)} (n={m.n})"
+        text = f"{rule.slo}: {shown} over {duration_text(window)} (n={m.n})"
     return RuleResult(active, m.value, m.n, end - window, end, burn, text)
 
 
