@@ -220,8 +220,9 @@ class Plan:
         return cls(8.0, 3.0, 2.0, 5.0, 3.5)
 
 
-def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, float]:
-    """Generate and replay one scenario in `mode` ("live" or "backlog"); its truth, score and seconds."""
+def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, list[dict], float]:
+    """Generate and replay one scenario in `mode` ("live" or "backlog"); its truth, score, stored incidents
+    and seconds."""
     from alerts_support import FakeSlack
     from test_end_to_end import run
 
@@ -238,7 +239,18 @@ def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, float]:
     finally:
         fake.server.shutdown()
     truth = Truth.of(result["truth"])
-    return truth, score(truth, result["incidents"], result["verdicts"]), time.perf_counter() - started
+    incidents = result["incidents"]
+    return truth, score(truth, incidents, result["verdicts"]), incidents, time.perf_counter() - started
+
+
+def describe(incident: dict) -> str:
+    """One stored incident on one line, for the log: verdict, version, severity, since, opened, resolved."""
+    def hm(d: datetime | None) -> str:
+        return "-" if d is None else f"{d:%a %H:%M}"
+
+    return (f"{incident['verdict']} {incident.get('model_version') or ''} {severity(incident)}: since "
+            f"{hm(incident['first_window_start'])}, opened {hm(incident['opened_at'])}, "
+            f"resolved {hm(incident['resolved_at'])}")
 
 
 def _min(x: float | None) -> str:
@@ -282,8 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     for scenario in args.scenarios or ALL_SCENARIOS:
         plan = Plan.of(scenario, args.short)
         for mode in modes:
-            truth, s, seconds = replay(scenario, plan, mode)
+            truth, s, incidents, seconds = replay(scenario, plan, mode)
             rows.append(row(scenario, mode, truth, s))
+            for incident in sorted(incidents, key=lambda i: i["opened_at"]):
+                print(f"  incident {describe(incident)}", file=sys.stderr)
             total[mode].update(s.confusion)
             if misses(truth, s):
                 failed.append(f"{scenario} ({mode})")
