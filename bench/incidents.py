@@ -53,6 +53,7 @@ class Truth:
     before_version: str
     after_version: str
     deploys: tuple[datetime, ...] = ()  # equivalent deploys (healthy runs): they must not alert
+    events: tuple[datetime, ...] = ()  # every listed event's time, deploys included
 
     @classmethod
     def of(cls, gt) -> Truth:
@@ -60,7 +61,16 @@ class Truth:
         at = _parse
         return cls(gt.verdict, at(gt.start), at(gt.end), at(gt.onset), at(gt.fault_end),
                    gt.model_versions["before"], gt.model_versions["after"],
-                   tuple(at(e["at"]) for e in gt.events if e["kind"] == "deploy"))
+                   tuple(at(e["at"]) for e in gt.events if e["kind"] == "deploy"),
+                   tuple(sorted(at(e["at"]) for e in gt.events)))
+
+    def after_deploy(self, when: datetime) -> bool:
+        """Whether `when` falls between an equivalent deploy and the next listed event (or the end)."""
+        for deploy in self.deploys:
+            following = [e for e in self.events if e > deploy]
+            if deploy <= when < (min(following) if following else self.end + WINDOW):
+                return True
+        return False
 
     @property
     def faulty(self) -> bool:
@@ -117,7 +127,7 @@ class Score:
     premature_resolves: int  # resolves of incidents about the fault before the fault ended
     false_pages: int  # page incidents not about the fault
     false_pages_per_day: float
-    deploy_alerts: int  # warn or page incidents on an equivalently deployed version
+    deploy_alerts: int  # warn or page incidents on the deployed version, starting before the next event
     incident_windows: int
     right_windows: int
     opposite_windows: int
@@ -149,8 +159,8 @@ def score(truth: Truth, incidents: list[dict], verdicts: list[dict], window: tim
         delay = minutes(max(i["resolved_at"] for i in about) - fault_end)
     ids = {i["id"] for i in about}
     pages = sum(1 for i in incidents if i["id"] not in ids and severity(i) == "page")
-    deployed = {truth.after_version} if truth.deploys else set()
-    deploy_alerts = sum(1 for i in incidents if i.get("model_version") in deployed
+    deploy_alerts = sum(1 for i in incidents if truth.deploys and i.get("model_version") == truth.after_version
+                        and truth.after_deploy(i["first_window_start"] or i["opened_at"])
                         and SEVERITY_RANK.get(severity(i), 3) <= SEVERITY_RANK["warn"])
     table = confusion(truth, verdicts, window)
     faulty = {k: n for k, n in table.items() if k[0] != "healthy"}

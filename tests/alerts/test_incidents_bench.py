@@ -25,9 +25,10 @@ def at(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
 
 
-def truth(verdict="slower", onset=1.0, fault_end=2.5, hours=4.0, before="v1", after="v2", deploys=()):
+def truth(verdict="slower", onset=1.0, fault_end=2.5, hours=4.0, before="v1", after="v2", deploys=(), events=()):
     return bench.Truth(verdict, T0, at(hours), None if onset is None else at(onset),
-                       None if fault_end is None else at(fault_end), before, after, tuple(deploys))
+                       None if fault_end is None else at(fault_end), before, after, tuple(deploys),
+                       tuple(sorted(deploys + events)))
 
 
 def incident(i, verdict, opened, since, resolved=None, severity="page", version="v2"):
@@ -103,14 +104,16 @@ def test_severity_is_the_loudest_fired_alert():
 
 
 def test_healthy_week_counts_pages_and_alerts_on_the_equivalent_deploy():
-    tr = truth("healthy", onset=None, fault_end=None, hours=168.0, deploys=[at(34)])
+    tr = truth("healthy", onset=None, fault_end=None, hours=168.0, deploys=(at(34),), events=(at(62), at(83)))
     incidents = [incident(1, "slower", opened=35, since=34, severity="warn", version="v2"),
-                 incident(2, "drift", opened=80, since=79, severity="info", version="v2"),
-                 incident(3, "slower", opened=62.5, since=62, severity="page", version="v2")]
+                 incident(2, "drift", opened=40, since=39, severity="info", version="v2"),  # info: not an alert
+                 incident(3, "slower", opened=50, since=49, severity="page", version="v2"),
+                 incident(4, "slower", opened=62.5, since=62, severity="page", version="v2"),  # the cache restart's
+                 incident(5, "drift", opened=40, since=39, severity="warn", version="v1")]  # not the deployed version
     s = bench.score(tr, incidents, verdicts("v2", 34, 35, "slower"))
-    assert s.deploy_alerts == 2 and s.false_pages == 1 and s.verdict == "healthy"
+    assert s.deploy_alerts == 2 and s.false_pages == 2 and s.verdict == "healthy"
     assert s.incident_windows == 0 and s.confusion[("healthy", "slower")] == 4
-    assert bench.misses(tr, s) == ["1 page(s)", "2 alert(s) on the equivalent deploy"]
+    assert bench.misses(tr, s) == ["2 page(s)", "2 alert(s) on the equivalent deploy"]
     assert bench.misses(tr, bench.score(tr, [], [])) == []
 
 
