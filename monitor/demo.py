@@ -53,10 +53,10 @@ def demo_config(work: Path) -> dict:
 
 
 def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console: Console) -> None:
-    from monitor.simulate import SCENARIOS, generate
+    from monitor.simulate import ALL_SCENARIOS, generate
 
-    if scenario not in SCENARIOS:
-        raise ValueError(f"--scenario: unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
+    if scenario not in ALL_SCENARIOS:
+        raise ValueError(f"--scenario: unknown scenario {scenario!r}; one of {', '.join(ALL_SCENARIOS)}")
     if hours <= 0:
         raise ValueError(f"--hours: must be positive, got {hours}")
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="tailwatch-demo-"))
@@ -94,28 +94,35 @@ def _lines_with_time(folder: Path, time_col: str) -> pd.DataFrame:
 
 
 def replay(work: Path, cfg, store: Store, truth, console: Console | None = None, *,
-           broken_lines: bool = True, job=tick) -> list[TickReport]:
+           broken_lines: bool = True, job=tick, first_tick: datetime | None = None) -> list[TickReport]:
     """Append each line of `work/generated` to `work/logs` when its time comes (one file per hour, as a
     logger rotates) and run `job(cfg, store, now)` every 15 min with the clock at the tick (`tick`, or the
     daemon's `jobs.tick_job` with its verdict and alert stages); `broken_lines` appends the demo's
-    malformed lines once. Returns one report per tick."""
+    malformed lines once. `first_tick` (on the 15-minute grid from the start) replays a backlog: every
+    line up to it is written before the first tick runs there. Returns one report per tick."""
     preds = _lines_with_time(work / "generated" / "predictions", "ts")
     timings = _lines_with_time(work / "generated" / "timings", "start_ts")
     start, end = pd.Timestamp(truth.start), pd.Timestamp(truth.end)
     live = {"predictions": work / "logs" / "predictions", "timings": work / "logs" / "timings"}
     reports = []
     steps = int((end - start) / TICK_EVERY) + 1
+    first = 1
+    if first_tick is not None:
+        first = (pd.Timestamp(first_tick) - start) / TICK_EVERY
+        if first != int(first) or not 1 <= first <= steps:
+            raise ValueError(f"first_tick must be on the 15-minute grid within the run, got {first_tick}")
+        first = int(first)
     with Progress(console=console, transient=True, disable=console is None) as progress:
-        task = progress.add_task("ticking", total=steps)
-        for step in range(1, steps + 1):
+        task = progress.add_task("ticking", total=steps - first + 1)
+        for step in range(first, steps + 1):
             now = min(start + step * TICK_EVERY, end + TICK_EVERY)
-            prev = now - TICK_EVERY
+            prev = now - TICK_EVERY if step > first else start - TICK_EVERY
             for kind, rows in (("predictions", preds), ("timings", timings)):
                 window = rows[(rows["at"] > prev) & (rows["at"] <= now)]
                 for hour, group in window.groupby(window["at"].dt.floor("h")):
                     with open(live[kind] / f"{kind}-{hour:%Y%m%d%H}.jsonl", "ab") as fh:
                         fh.write(b"\n".join(group["line"]) + b"\n")
-            if step == 2 and broken_lines:
+            if step == first + 1 and broken_lines:
                 with open(live["predictions"] / "late-batch.jsonl", "ab") as fh:
                     ts = f"{now - timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}"
                     fh.write("".join(line.format(ts=ts) + "\n" for line, _ in BROKEN_LINES).encode())
@@ -150,13 +157,21 @@ def _show(console: Console, store: Store, reports: list[TickReport], truth) -> N
     console.print(_verdicts(store, truth))
     for panel in _incidents(store):
         console.print(panel)
-    onset = pd.Timestamp(truth.onset)
+    onset = _onset(truth)
+    when = "no fault" if onset is None else f"onset {onset:%Y-%m-%d %H:%M} UTC"
+    if truth.fault_end is not None:
+        when += f", fault ends {pd.Timestamp(truth.fault_end):%Y-%m-%d %H:%M} UTC"
     console.print(Panel(
         f"[bold]{truth.scenario}[/] — right verdict: [bold]{truth.verdict}[/]\n"
-        f"onset {onset:%Y-%m-%d %H:%M} UTC: {truth.what_changed}\n"
+        f"{when}: {truth.what_changed}\n"
         f"versions: {truth.model_versions}   affected: {truth.affected}\n"
         f"expected findings: {', '.join(truth.expected_findings) or 'none'}",
         title="ground truth", expand=False))
+
+
+def _onset(truth) -> datetime | None:
+    """The fault's onset as a UTC datetime; None when the run has no fault."""
+    return None if truth.onset is None else pd.Timestamp(truth.onset).to_pydatetime()
 
 
 VERDICT_STYLE = {"healthy": "green", "slower": "red", "worse": "magenta", "both": "bold red", "drift": "yellow",
@@ -172,7 +187,7 @@ def _verdicts(store: Store, truth) -> Table:
             VerdictRow.window_start, VerdictRow.model_version).all()
         rows = [(r.window_start, r.window_end, r.model_version, r.verdict + (" (estimated)" if r.estimated else ""),
                  r.summary) for r in rows if r.window_end - r.window_start == DEMO_WINDOW]
-    onset = pd.Timestamp(truth.onset).to_pydatetime()
+    onset = _onset(truth)
     table = Table(title="verdict per 15-minute window")
     for col in ("from", "to", "version", "verdict", "why"):
         table.add_column(col, no_wrap=col != "why")
@@ -184,7 +199,7 @@ def _verdicts(store: Store, truth) -> Table:
         else:
             runs.append([start, end, version, verdict, summary])
     for start, end, version, verdict, summary in sorted(runs, key=lambda r: (r[0], r[2])):
-        mark = " ◀" if start <= onset < end else ""
+        mark = " ◀" if onset is not None and start <= onset < end else ""
         style = VERDICT_STYLE.get(verdict.split(" ")[0], "")
         table.add_row(f"{start:%H:%M}{mark}", f"{end:%H:%M}", version, f"[{style}]{verdict}[/]",
                       "" if verdict.startswith("healthy") else summary)
@@ -233,7 +248,7 @@ def _breaches(store: Store, truth, limit: int = 10) -> Table | str:
     for f in rows:
         key = (f["check"], f["model_version"], " ".join(str(v) for _, v in sorted(f["labels"].items())))
         groups.setdefault(key, []).append(f)
-    onset = pd.Timestamp(truth.onset).to_pydatetime()
+    onset = _onset(truth)
     table = Table(title="what tailwatch found: breaching 15-minute windows")
     several = len({version for _, version, _ in groups}) > 1
     for col in ("from", "windows", "check", "what", "value", "baseline"):
@@ -245,7 +260,7 @@ def _breaches(store: Store, truth, limit: int = 10) -> Table | str:
     for (check, version, labels), found in ordered[:limit]:
         first = found[0]
         when = first["window_start"]
-        mark = " ◀" if when <= onset < when + DEMO_WINDOW else ""
+        mark = " ◀" if onset is not None and when <= onset < when + DEMO_WINDOW else ""
         what = f"{version} {labels}" if several else labels
         table.add_row(f"{when:%H:%M}{mark}", str(len(found)), check, what,
                       _fmt(first["value"]), _fmt(first["baseline"]))
@@ -270,13 +285,13 @@ def _hourly(store: Store, truth) -> Table:
         key = (row.bucket_start.replace(minute=0, second=0, microsecond=0), row.model_version)
         part = Partial.from_bytes(row.payload)
         per[key] = per[key].merge(part) if key in per else part
-    onset = pd.Timestamp(truth.onset).to_pydatetime()
+    onset = _onset(truth)
     table = Table(title="stored per hour (UTC), from the bucket partials")
     for col in ("hour", "version", "requests", "ok", "timeout", "rejected", "error"):
         table.add_column(col, justify="left" if col in ("hour", "version") else "right", no_wrap=True)
     for (hour, version), part in sorted(per.items()):
         c = part.counts
-        marker = " ◀" if hour <= onset < hour + timedelta(hours=1) else ""
+        marker = " ◀" if onset is not None and hour <= onset < hour + timedelta(hours=1) else ""
         table.add_row(f"{hour:%H:00}{marker}", version, f"{c['rows']:,}", f"{c['status:ok']:,}",
                       f"{c['status:timeout']:,}", f"{c['status:rejected']:,}", f"{c['status:error']:,}")
     table.caption = "◀ the hour the incident starts"

@@ -16,8 +16,8 @@ import pandas as pd
 from . import text
 from .model import ChurnModel, train
 from .scenarios import (
+    ALL_SCENARIOS,
     MISSING_FIELD,
-    SCENARIOS,
     TENURE_BUG_BELOW,
     TENURE_BUG_FACTOR,
     TRUNCATE_CHARS,
@@ -31,6 +31,7 @@ DEFAULT_START = datetime(2026, 11, 2, tzinfo=UTC)
 
 # Traffic and noise parameters (documented in the README of the lead; kept here as constants).
 DAILY_AMPLITUDE = 0.35  # rate(t) = rate_per_s * (1 + A sin(2 pi (hour - 9) / 24)): low at 03:00, high at 15:00
+WEEKEND_FACTOR = 0.55  # weekly scenarios: Saturday and Sunday (UTC) carry this share of a weekday's traffic
 GROUP_SHARE = 0.3  # requests that come in a client's fan-out (a CRM page scoring a list of customers):
 GROUP_MEAN = 6.0  # ... groups of 2 + Poisson(GROUP_MEAN - 2) requests on one keep-alive connection, so
 GROUP_SPREAD_S = 0.025  # ... one replica, arriving within 25 ms: what fills micro-batches at a low rate
@@ -64,13 +65,15 @@ class GroundTruth:
     seed: int
     start: str
     end: str
-    onset: str
+    onset: str | None  # when the fault starts (null when the run has none)
+    fault_end: str | None  # when it ends (rollback or fix); null when it lasts to the end of the run
     verdict: str
     what_changed: str
     model_versions: dict
     affected: dict
     expected_findings: list
     labels_after_onset: bool
+    events: list = field(default_factory=list)  # what happens that should not page: [{kind, at, text, ...}]
     counts: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
 
@@ -132,26 +135,45 @@ def _score(m: ChurnModel, tenure, charges, contract, internet, lens) -> np.ndarr
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _on_curve(g: np.random.Generator, hour0: float, t: np.ndarray) -> np.ndarray:
-    """Thinning: keep an event at second `t` with probability rate(t) / rate_max on the daily curve."""
+def _on_curve(g: np.random.Generator, hour0: float, t: np.ndarray, weekday0: int | None = None) -> np.ndarray:
+    """Thinning: keep an event at second `t` with probability rate(t) / rate_max on the daily curve, times
+    WEEKEND_FACTOR on Saturdays and Sundays when `weekday0` (the start's weekday, Monday 0) is given."""
     hr = hour0 + t / 3600.0
-    return g.random(len(t)) * (1 + DAILY_AMPLITUDE) < 1 + DAILY_AMPLITUDE * np.sin(2 * np.pi * (hr - 9) / 24)
+    keep = 1 + DAILY_AMPLITUDE * np.sin(2 * np.pi * (hr - 9) / 24)
+    if weekday0 is not None:
+        keep = keep * np.where((weekday0 + np.floor(hr / 24)) % 7 >= 5, WEEKEND_FACTOR, 1.0)
+    return g.random(len(t)) * (1 + DAILY_AMPLITUDE) < keep
 
 
 def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = DEFAULT_START,
              hours: float = 12, rate_per_s: float = 3.0, onset_hours: float | None = None,
-             chunk_rows: int = 200_000, otlp: bool = True) -> GroundTruth:
+             fault_end_hours: float | None = None, chunk_rows: int = 200_000, otlp: bool = True) -> GroundTruth:
     """Write scenario `scenario`'s logs into `out_dir` (replacing what its subfolders held) and return
-    the ground truth, also written as ground_truth.json."""
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; one of {SCENARIOS}")
+    the ground truth, also written as ground_truth.json. The fault is on from `onset_hours` (default: half
+    way) until `fault_end_hours` (a rollback or fix: the `before` regime returns; default: to the end)."""
+    if scenario not in ALL_SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; one of {ALL_SCENARIOS}")
     if start.tzinfo is None:
         raise ValueError("start must be timezone-aware (UTC)")
     out_dir = Path(out_dir)
     inc = incident(scenario)
-    onset_h = hours / 2 if onset_hours is None else onset_hours
+    deploy = next((e for e in inc.events if e.kind == "deploy"), None)
+    if deploy is not None and (onset_hours is not None or fault_end_hours is not None):
+        raise ValueError(f"{scenario}: its regime switch is the deploy at {deploy.at_hours:g} h; "
+                         "onset_hours and fault_end_hours do not apply")
+    # A run with events switches regime at its (equivalent) deploy: no fault, so no onset in the truth.
+    onset_h = deploy.at_hours if deploy is not None else hours / 2 if onset_hours is None else onset_hours
+    if fault_end_hours is not None and not onset_h < fault_end_hours <= hours:
+        raise ValueError(f"fault_end_hours must be after the onset ({onset_h:g} h) and within the run "
+                         f"({hours:g} h), got {fault_end_hours:g}")
     dur_s = hours * 3600.0
     onset_s = onset_h * 3600.0
+    end_s = math.inf if fault_end_hours is None else fault_end_hours * 3600.0
+    events = [e for e in inc.events if e.at_hours < hours]
+    restarts = [e.at_hours * 3600.0 for e in events if e.kind == "cache_restart"]
+    spikes = [(e.at_hours * 3600.0, (e.at_hours + e.hours) * 3600.0, e.factor) for e in events
+              if e.kind == "traffic_spike"]
+    weekday0 = start.weekday() if inc.weekly else None
     start_us = int(round(start.timestamp() * 1e6))
     for sub in ("predictions", "timings", "spans", "labels"):
         shutil.rmtree(out_dir / sub, ignore_errors=True)
@@ -203,13 +225,13 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         # bursts pinned to one replica
         nc = int(g_arr.poisson(rate_max * (1 - GROUP_SHARE) * (t1 - t0)))
         tc = np.sort(g_arr.uniform(t0, t1, nc))
-        ta = tc[_on_curve(g_arr, hour0, tc)]
+        ta = tc[_on_curve(g_arr, hour0, tc, weekday0)]
         rep = g_arr.integers(0, REPLICAS, len(ta))
         ng = int(g_arr.poisson(rate_max * GROUP_SHARE / GROUP_MEAN * (t1 - t0)))
         g_start = g_arr.uniform(t0, t1, ng)
         g_size = 2 + g_arr.poisson(GROUP_MEAN - 2, ng)
         g_rep = g_arr.integers(0, REPLICAS, ng)
-        g_keep = _on_curve(g_arr, hour0, g_start)
+        g_keep = _on_curve(g_arr, hour0, g_start, weekday0)
         g_start, g_size, g_rep = g_start[g_keep], g_size[g_keep], g_rep[g_keep]
         tg = np.minimum(np.repeat(g_start, g_size) + g_arr.uniform(0, GROUP_SPREAD_S, int(g_size.sum())),
                         np.nextafter(t1, t0))
@@ -217,7 +239,7 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         rep = np.concatenate([rep, np.repeat(g_rep, g_size)])
         nb = int(g_arr.poisson(BURSTS_PER_HOUR * (1 + DAILY_AMPLITUDE) * (t1 - t0) / 3600))
         b_start = g_arr.uniform(t0, t1, nb)
-        b_keep = _on_curve(g_arr, hour0, b_start)
+        b_keep = _on_curve(g_arr, hour0, b_start, weekday0)
         b_size = np.maximum(np.rint(burst_median * np.exp(0.5 * g_arr.standard_normal(nb))), 1).astype(np.int64)
         b_rep = g_arr.integers(0, REPLICAS, nb)
         b_start, b_size, b_rep = b_start[b_keep], b_size[b_keep], b_rep[b_keep]
@@ -227,6 +249,13 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         b_ord = np.lexsort((tb, b_id))  # by burst, then by arrival
         b_rank = np.empty(len(tb), dtype=np.int64)
         b_rank[b_ord] = np.arange(len(tb)) - np.repeat(np.cumsum(b_size) - b_size, b_size)
+        for s0, s1, factor in spikes:
+            lo, hi = max(s0, t0), min(s1, t1)
+            if lo < hi:  # extra single requests on the same daily curve while the spike lasts
+                ts = g_arr.uniform(lo, hi, int(g_arr.poisson(rate_max * (factor - 1) * (hi - lo))))
+                ts = np.sort(ts[_on_curve(g_arr, hour0, ts, weekday0)])
+                ta = np.concatenate([ta, ts])
+                rep = np.concatenate([rep, g_arr.integers(0, REPLICAS, len(ts))])
         t = np.concatenate([ta, tb])
         rep = np.concatenate([rep, np.repeat(b_rep, b_size)])
         throttled = np.concatenate([np.zeros(len(ta), dtype=bool), b_rank >= CLIENT_BUCKET])
@@ -236,7 +265,7 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         n = len(t)
         if n == 0:
             continue
-        after = t >= onset_s
+        after = (t >= onset_s) & (t < end_s)
         gidx = carry.next_index + np.arange(n, dtype=np.int64)
         carry.next_index += n
 
@@ -276,9 +305,11 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         contract, internet, lens, notes, root_t = (cols[k] for k in ("contract", "internet", "lens", "notes",
                                                                    "root_t"))
         gap = t - root_t
-        regime_of_root = root_t >= onset_s
+        regime_of_root = (root_t >= onset_s) & (root_t < end_s)
         same_version = (regime_of_root == after) | (inc.before.model_version == inc.after.model_version)
         fresh = is_dup & (gap >= 0.05) & (gap <= CACHE_TTL_S)
+        for at in restarts:  # entries cached before a restart are gone after it
+            fresh &= ~((root_t < at) & (t >= at))
         if inc.after.cache_key_has_version:
             hit = fresh & same_version
             cache_from_after = after
@@ -299,7 +330,7 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         tokens = np.minimum(lens, TRUNCATE_CHARS).astype(float)
         throttled &= ~error
         bwait, model_ms, bsize, depth, rejected = serve_chunk(
-            ready, rep, hit & ~error, ~error & ~throttled, tokens, exec_noise, onset_s * 1000.0, cfg_before,
+            ready, rep, hit & ~error, ~error & ~throttled, tokens, exec_noise, onset_s * 1000.0, end_s * 1000.0, cfg_before,
             cfg_after, carry.replicas)
         rejected |= throttled
         hit = hit & ~error & ~rejected
@@ -411,13 +442,19 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
 
     end = start + timedelta(seconds=dur_s)
     onset = start + timedelta(seconds=onset_s)
+    fault_end = None if fault_end_hours is None else _iso(start + timedelta(hours=fault_end_hours))
     gt = GroundTruth(
-        scenario=scenario, seed=seed, start=_iso(start), end=_iso(end), onset=_iso(onset),
+        scenario=scenario, seed=seed, start=_iso(start), end=_iso(end),
+        onset=None if deploy is not None else _iso(onset), fault_end=fault_end,
         verdict=inc.verdict, what_changed=inc.what_changed,
         model_versions={"before": inc.before.model_version, "after": inc.after.model_version},
         affected=inc.affected, expected_findings=list(inc.expected_findings),
         labels_after_onset=inc.labels_after_onset, counts=counts,
-        params={"hours": hours, "rate_per_s": rate_per_s, "onset_hours": onset_h, "chunk_rows": chunk_rows,
+        events=[{"kind": e.kind, "at": _iso(start + timedelta(hours=e.at_hours)), "text": e.text}
+                | ({"until": _iso(start + timedelta(hours=e.at_hours + e.hours)), "factor": e.factor}
+                   if e.kind == "traffic_spike" else {}) for e in events],
+        params={"hours": hours, "rate_per_s": rate_per_s, "onset_hours": onset_h,
+                "fault_end_hours": fault_end_hours, "weekly": inc.weekly, "chunk_rows": chunk_rows,
                 "otlp": otlp, "threshold_before": round(m.threshold + inc.before.threshold_shift, 4),
                 "threshold_after": round(m.threshold + inc.after.threshold_shift, 4),
                 "config_before": {"max_batch": cfg_before[0], "max_wait_ms": cfg_before[1],

@@ -14,6 +14,9 @@ SCENARIOS: tuple[str, ...] = (
     "drift-new-category",
     "missing-fields",
 )
+# Runs of days rather than hours: generated on their own (at a low rate), not in the per-scenario suites.
+LONG_SCENARIOS: tuple[str, ...] = ("healthy-week",)
+ALL_SCENARIOS: tuple[str, ...] = SCENARIOS + LONG_SCENARIOS
 
 TRUNCATE_CHARS = 512  # the model reads at most this many characters of `notes`
 UNSEEN_CONTRACT = "Three year"
@@ -42,6 +45,20 @@ class Regime:
 
 
 @dataclass(frozen=True)
+class Event:
+    """Something that happens during a run and should not page, `at_hours` after its start.
+
+    kind: "deploy" (the regime switches to `after`: an equivalent version), "cache_restart" (every cached
+    entry is lost), "traffic_spike" (arrivals multiplied by `factor` for `hours`)."""
+
+    kind: str
+    at_hours: float
+    text: str
+    hours: float = 0.0
+    factor: float = 1.0
+
+
+@dataclass(frozen=True)
 class Incident:
     before: Regime
     after: Regime
@@ -50,6 +67,8 @@ class Incident:
     affected: dict = field(default_factory=dict)
     expected_findings: tuple[str, ...] = ()
     labels_after_onset: bool = True
+    events: tuple[Event, ...] = ()
+    weekly: bool = False  # traffic also follows the week (weekends lower), not only the day
 
 
 def incident(name: str) -> Incident:
@@ -114,4 +133,20 @@ def incident(name: str) -> Incident:
             "logs); the service imputes it from MonthlyCharges, so quality is barely affected",
             {"field": MISSING_FIELD},
             ("missing_rate",))
-    raise ValueError(f"unknown scenario {name!r}; one of {SCENARIOS}")
+    if name == "healthy-week":
+        return Incident(
+            base, Regime(model_version="v2"), "healthy",
+            "nothing that should page: seven days of daily and weekly traffic (weekends lower), a deploy of "
+            "model v2 with v1's coefficients and threshold, a cache restart (the hit rate dips, then "
+            "recovers as the cache refills) and a half-hour traffic spike",
+            {}, (), events=HEALTHY_WEEK_EVENTS, weekly=True)
+    raise ValueError(f"unknown scenario {name!r}; one of {ALL_SCENARIOS}")
+
+
+# The start is a Monday 00:00 UTC by default, so these fall on Tuesday 10:00, Wednesday 14:00 and
+# Thursday 11:00 -- busy hours, where a false alarm would be most likely.
+HEALTHY_WEEK_EVENTS = (
+    Event("deploy", 34.0, "model v2 deployed: same coefficients and threshold as v1 (an equivalent version)"),
+    Event("cache_restart", 62.0, "the prediction cache restarts empty: hits fall, then recover within its TTL"),
+    Event("traffic_spike", 83.0, "traffic x3 for 30 minutes (a client's batch job)", hours=0.5, factor=3.0),
+)

@@ -42,10 +42,11 @@ class ReplicaState:
 
 
 def run_replica(ready: list[float], hit: list[bool], tokens: list[float], noise: list[float],
-                onset_ms: float, cfg_before: tuple[int, float], cfg_after: tuple[int, float],
+                onset_ms: float, end_ms: float, cfg_before: tuple[int, float], cfg_after: tuple[int, float],
                 state: ReplicaState):
     """Returns per-request lists (batch start, batch run time, the request's share of it, batch size,
-    queue depth, rejected), in input order. Cache hits are not batched but still see (and record) the queue depth. A batch open at the
+    queue depth, rejected), in input order. The `after` config is in force from `onset_ms` until `end_ms`
+    (the fault's end; infinity when it lasts). Cache hits are not batched but still see (and record) the queue depth. A batch open at the
     end of the chunk is dispatched when its wait runs out (a chunk-boundary approximation)."""
     n = len(ready)
     bstart = [0.0] * n
@@ -94,7 +95,7 @@ def run_replica(ready: list[float], hit: list[bool], tokens: list[float], noise:
             rejected[k] = True
             continue
         if not cur:
-            max_batch, wait = cfg_after if t >= onset_ms else cfg_before
+            max_batch, wait = cfg_after if onset_ms <= t < end_ms else cfg_before
             cur_close = t + wait
         cur.append(k)
         cur_tok += tokens[k]
@@ -108,7 +109,7 @@ def run_replica(ready: list[float], hit: list[bool], tokens: list[float], noise:
 
 
 def serve_chunk(ready: np.ndarray, replica: np.ndarray, hit: np.ndarray, served: np.ndarray,
-                tokens: np.ndarray, noise: np.ndarray, onset_ms: float,
+                tokens: np.ndarray, noise: np.ndarray, onset_ms: float, end_ms: float,
                 cfg_before: tuple[int, float], cfg_after: tuple[int, float], states: list[ReplicaState]):
     """Run every replica over its requests. `served` marks requests that reach the batcher stage
     (not errors). Returns arrays aligned with the input: batch_wait, model (the request's share of its
@@ -123,7 +124,7 @@ def serve_chunk(ready: np.ndarray, replica: np.ndarray, hit: np.ndarray, served:
         idx = np.flatnonzero((replica == r) & served)
         idx = idx[np.argsort(ready[idx], kind="stable")]
         bs, be, sh, sz, dp, rj = run_replica(ready[idx].tolist(), hit[idx].tolist(), tokens[idx].tolist(),
-                                             noise[idx].tolist(), onset_ms, cfg_before, cfg_after, states[r])
+                                             noise[idx].tolist(), onset_ms, end_ms, cfg_before, cfg_after, states[r])
         bs, be, sh, sz = np.asarray(bs), np.asarray(be), np.asarray(sh), np.asarray(sz, dtype=np.int64)
         h = hit[idx]
         # waiting for the batch to form and the executor, then for the batch-mates' share of the run

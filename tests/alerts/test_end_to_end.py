@@ -13,7 +13,11 @@ import yaml
 HOURS, ONSET, RATE, SEED = 3.0, 1.5, 3.0, 7
 
 
-def run(scenario: str, root: Path, fake, monkeypatch) -> dict:
+def run(scenario: str, root: Path, fake, monkeypatch, *, hours: float = HOURS, onset: float | None = ONSET,
+        fault_end: float | None = None, rate: float = RATE, first_tick=None) -> dict:
+    """Generate `scenario` (fault from `onset` to `fault_end` hours; `onset` None: the scenario's own) and
+    replay it live, or as a backlog up to `first_tick` then live; returns the truth, the per-tick log and
+    the stored incidents and verdicts."""
     from monitor import config as config_mod
     from monitor import demo
     from monitor.alerts import after_tick
@@ -21,8 +25,8 @@ def run(scenario: str, root: Path, fake, monkeypatch) -> dict:
     from monitor.simulate import generate
     from storage.store import Store
 
-    truth = generate(scenario, root / "generated", seed=SEED, hours=HOURS, onset_hours=ONSET, rate_per_s=RATE,
-                     otlp=False)
+    truth = generate(scenario, root / "generated", seed=SEED, hours=hours, onset_hours=onset,
+                     fault_end_hours=fault_end, rate_per_s=rate, otlp=False)
     for kind in ("predictions", "timings"):
         (root / "logs" / kind).mkdir(parents=True, exist_ok=True)
     raw = demo.demo_config(root)
@@ -53,7 +57,7 @@ def run(scenario: str, root: Path, fake, monkeypatch) -> dict:
         return reports
 
     try:
-        demo.replay(root, config, store, truth, None, broken_lines=False, job=tick_then_alert)
+        demo.replay(root, config, store, truth, None, broken_lines=False, job=tick_then_alert, first_tick=first_tick)
         with store.transaction() as session:
             incidents = store.load_incidents(session, "churn")
             verdicts = store.load_verdicts(session, "churn")

@@ -24,3 +24,34 @@ def test_demo_replays_a_scenario_and_prints_what_ingest_saw(tmp_path):
     found = text.split("what tailwatch found", 1)[1].split("ground truth", 1)[0]
     assert re.search(r"◀ │\s*\d+ │ latency\s*│ p\d+\s+batch_wait", found), found
     assert (tmp_path / "run" / "tailwatch.db").exists() and (tmp_path / "run" / "tailwatch.yaml").exists()
+
+
+def test_replay_as_a_backlog_writes_every_earlier_line_before_its_first_tick(tmp_path):
+    from datetime import timedelta
+
+    import pandas as pd
+    import pytest
+
+    from monitor.demo import replay
+    from monitor.simulate import generate
+
+    truth = generate("slower-cache", tmp_path / "generated", seed=3, hours=1.5, rate_per_s=1.0, otlp=False,
+                     fault_end_hours=1.0)
+    for kind in ("predictions", "timings"):
+        (tmp_path / "logs" / kind).mkdir(parents=True)
+    start = pd.Timestamp(truth.start).to_pydatetime()
+    seen = []
+
+    def job(cfg, store, now):
+        lines = [ln for f in (tmp_path / "logs" / "predictions").glob("*.jsonl") for ln in f.read_text().splitlines()]
+        latest = max(pd.Timestamp(ln.split('"ts":"', 1)[1][:24]) for ln in lines)
+        seen.append((now, len(lines), latest))
+        return [None]
+
+    replay(tmp_path, None, None, truth, broken_lines=False, job=job, first_tick=start + timedelta(hours=1))
+    assert [now - start for now, _, _ in seen] == [timedelta(minutes=m) for m in (60, 75, 90, 105)]
+    # the backlog: all of the first hour at the first tick, nothing later than it
+    assert start + timedelta(minutes=55) < seen[0][2] <= seen[0][0]
+    assert seen[-1][1] == truth.counts["predictions"]
+    with pytest.raises(ValueError, match="15-minute grid"):
+        replay(tmp_path, None, None, truth, job=job, first_tick=start + timedelta(minutes=20))
