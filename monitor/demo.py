@@ -3,6 +3,7 @@ with an injected clock, and show what tailwatch saw next to the ground truth."""
 
 from __future__ import annotations
 
+import html
 import shutil
 import tempfile
 from collections import Counter
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from monitor import config as config_mod
 from monitor.jobs import tick_job
@@ -225,7 +227,9 @@ def _incidents(store: Store) -> list[Panel]:
                 lines.append(text)
             for field in block.get("fields", []):
                 lines.append(field["text"].replace("\n", ": ", 1))
-        panels.append(Panel("\n".join(lines) or message.get("text", ""), expand=False,
+        # Slack's entities decoded for the terminal, and the text taken as text: values came from the logs.
+        shown = html.unescape("\n".join(lines) or message.get("text", ""))
+        panels.append(Panel(Text(shown), expand=False,
                             title=f"incident {incident['id']} ({incident['status']}): the Slack message"))
     if not incidents:
         panels.append(Panel("no incident opened: nothing would have been sent to Slack", expand=False))
