@@ -155,12 +155,17 @@ def chi2_two_sample(reference, current, dispersion: float = 1.0) -> tuple[float,
     """Chi-square test that two histograms come from one distribution: (statistic, p-value).
 
     Both samples count as samples (a contingency table), so a small reference is not taken as truth.
-    Bins empty in both are dropped; (0, 1) when fewer than two bins remain. The p-value is of the
-    statistic divided by `dispersion` (values that come in clumps carry less evidence than their count).
+    Bins empty in both are dropped, and adjacent bins are pooled until each holds an expected count of at
+    least MIN_EXPECTED in both rows (a lone value where the reference has none would otherwise weigh as a
+    large shift); (0, 1) when fewer than two bins remain. The p-value is of the statistic divided by
+    `dispersion` (values that come in clumps carry less evidence than their count).
     """
     table = np.vstack([np.asarray(reference, float), np.asarray(current, float)])
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
+        return 0.0, 1.0
+    table = _pool_sparse(table)
+    if table.shape[1] < 2:
         return 0.0, 1.0
     # Pearson's statistic of the 2 x k table (scipy's chi2_contingency without correction, which a 2 x k
     # table with k > 2 never gets), computed here: the scipy call cost ~1 ms per field and window.
@@ -168,6 +173,30 @@ def chi2_two_sample(reference, current, dispersion: float = 1.0) -> tuple[float,
     statistic = float(((table - expected) ** 2 / expected).sum())
     dof = table.shape[1] - 1
     return statistic, float(stats.chi2.sf(statistic / max(dispersion, 1.0), dof))
+
+
+MIN_EXPECTED = 5.0  # Cochran's rule: a cell expecting fewer values is far from its chi-square term
+
+
+def _pool_sparse(table: np.ndarray) -> np.ndarray:
+    """A 2 x k table with adjacent columns merged, left to right, until each column's smaller expected
+    count reaches MIN_EXPECTED; a short last group joins the one before it."""
+    rows = table.sum(axis=1)
+    need = MIN_EXPECTED * rows.sum() / rows.min()  # the column total that gives the smaller row that count
+    columns = table.sum(axis=0)
+    if columns.min() >= need:
+        return table
+    group, filled, labels = 0, 0.0, np.empty(len(columns), dtype=int)
+    for j, total in enumerate(columns):
+        labels[j] = group
+        filled += total
+        if filled >= need:
+            group, filled = group + 1, 0.0
+    if filled and group:
+        labels[labels == group] = group - 1
+    pooled = np.zeros((2, int(labels.max()) + 1))
+    np.add.at(pooled.T, labels, table.T)
+    return pooled
 
 
 def bh(p_values: list[float]) -> list[float]:

@@ -80,3 +80,21 @@ def test_statistics():
     assert low == 0 and high == pytest.approx(0.2775, abs=1e-4)
     assert wilson(5, 0) == (0.0, 1.0)
     assert bh([0.01, 0.02, 0.5]) == pytest.approx([0.03, 0.03, 0.5]) and bh([]) == []
+
+
+def test_sparse_bins_are_pooled_before_the_chi_square():
+    from scipy import stats
+
+    # A day of a monthly-scale service: one value in a bin the 3,000-row reference never filled. Taken as
+    # its own cell (expecting 0.05 values) it alone made p 1.5e-6; pooled with its neighbour, the table is
+    # the test scipy computes on it.
+    reference, window = [0, 1256, 1132, 292, 320], [1, 94, 44, 15, 13]
+    pooled = stats.chi2_contingency([[1256, 1132, 292, 320], [95, 44, 15, 13]], correction=False)
+    assert chi2_two_sample(reference, window) == pytest.approx((pooled.statistic, pooled.pvalue))
+    # Tables whose cells all expect enough are left whole, and a real shift is still found.
+    full = stats.chi2_contingency([[300, 300, 300, 300], [10, 10, 10, 370]], correction=False)
+    assert chi2_two_sample([300, 300, 300, 300], [10, 10, 10, 370]) == pytest.approx((full.statistic, full.pvalue))
+    # A short last group joins the one before it; one group left is no evidence.
+    assert chi2_two_sample([500, 500, 0], [30, 10, 1])[1] == pytest.approx(
+        stats.chi2_contingency([[500, 500], [30, 11]], correction=False).pvalue)
+    assert chi2_two_sample([1000, 1], [2, 1]) == (0.0, 1.0)
