@@ -27,7 +27,7 @@ from monitor.rules import RuleResult, evaluate, partial_loader
 from monitor.verdict import HARMFUL, Evidence, Verdict, decide
 from monitor.windows import floor_to
 from storage.models import AlertCursor, AlertState, Incident, Outbox, VerdictRow, dumps
-from storage.store import Store, utc
+from storage.store import Store, TickRecord, utc
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
         windows, last_tick = store.scored_since(session, name, cursor.last_tick_id if cursor else 0, now)
         by_length = [[f for f in store.load_findings(session, name, since=a, until=a + timedelta(microseconds=1))
                       if f["window_end"] == b] for a, b in lengths]
-        ticks = store.last_ticks(session, name, limit=1)
+        ticks = store.last_ticks(session, name, limit=settings.source_error_ticks + 1)
         # The daemon's job errors and missed runs (process-wide) during the evaluated window.
         job_events = store.load_job_events(session, start, now + timedelta(microseconds=1))
     eval_versions = sorted({f["model_version"] for f in by_length[0]})
@@ -402,15 +402,30 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
     if service.quality is not None:
         samples.append(_labels_stale(service, store, now, settings))
     errors = sorted({e for v in current for e in v.errors})
-    tick = ticks[0] if ticks and ticks[0].now <= now else None
+    ticks = [t for t in ticks if t.now <= now]
+    tick = ticks[0] if ticks else None
     if tick is not None and tick.status == "error":
         errors.insert(0, f"tick {tick.id}: {(tick.summary or {}).get('error') or 'failed'}")
+    unreadable = _unreadable(ticks, settings.source_error_ticks)
+    if unreadable:
+        errors.append(unreadable)
     errors += [f"{e['job']} {e['kind']} at {e['at']:%H:%M:%S}: {e['message']}" for e in job_events]
     samples.append(Sample({"alertname": ERROR, "service": name, "severity": "warn"}, bool(errors), timedelta(0),
                           timedelta(0), {"summary": f"{len(errors)} error(s) in {name}'s pipeline",
                                          "errors": errors[:10], "window_start": start.isoformat(),
                                          "window_end": end.isoformat(), "digest": dumps(errors[:10])}))
     return samples
+
+
+def _unreadable(ticks: Sequence[TickRecord], in_a_row: int) -> str | None:
+    """What to say when each of the newest `in_a_row` ticks (newest first) could not read a source file
+    (rows quarantined `source_error`); None otherwise."""
+    recent = ticks[:in_a_row]
+    counts = [((t.summary or {}).get("quarantined") or {}).get("source_error", 0) for t in recent]
+    if len(recent) < in_a_row or not all(counts):
+        return None
+    return (f"a source file could not be read in each of the last {in_a_row} ticks (tick {recent[0].id}: "
+            f"{counts[0]} unreadable; the quarantine's source_error rows name the file and the OS error)")
 
 
 def _labels_stale(service: Service, store: Store, now: datetime, settings: Alerts) -> Sample:

@@ -690,6 +690,9 @@ class Alerts(_Model):
     repeat_interval: Duration = timedelta(hours=4)
     verdict: VerdictAlerts = Field(default_factory=VerdictAlerts)
     no_data: NoDataAlerts = Field(default_factory=NoDataAlerts)
+    # `error` fires when a source file could not be read in each of this many ticks in a row: one failed
+    # read is retried next tick (a file mid-rotation), a file that stays unreadable is a broken pipeline.
+    source_error_ticks: int = Field(3, ge=1)
     inhibit: list[InhibitRule] = Field(default_factory=_default_inhibit)
     slack: Slack | None = None
 

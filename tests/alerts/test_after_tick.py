@@ -161,6 +161,32 @@ def test_tick_error_is_an_alert_of_its_own(open_store, tmp_path):
     assert inc["verdict"] == "error" and "disk full" in str(inc["summary"])
 
 
+def test_a_file_unreadable_tick_after_tick_is_an_error_alert(open_store, tmp_path):
+    """One tick that could not read a file is retried quietly (a file mid-rotation); the same in each of
+    `alerts.source_error_ticks` ticks in a row fires `error`, and a readable tick clears it."""
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/")
+    assert config.alerts.source_error_ticks == 3
+    store = open_store()
+
+    def tick_at(k: int, unreadable: int) -> None:
+        write_window(store, k - 1, "healthy")
+        with store.transaction() as session:
+            tick = store.start_tick(session, "churn", at(k))
+            store.finish_tick(session, tick, "ok", {}, {"quarantined": {"source_error": unreadable} if unreadable else {}})
+        after_tick(config, store, at(k))
+
+    for k in (1, 2):
+        tick_at(k, 1)
+        assert states(store).get("error/") != "firing"
+    tick_at(3, 1)
+    assert states(store)["error/"] == "firing"
+    with store.transaction() as session:
+        [alert] = [r for r in session.scalars(select(AlertState)) if r.alertname == "error"]
+        assert "could not be read in each of the last 3 ticks" in alert.annotations["errors"][0]
+    tick_at(4, 0)
+    assert states(store)["error/"] != "firing"
+
+
 def test_silence_mutes_then_expiry_notifies(open_store, tmp_path):
     from monitor.alerts import parse_matcher
 
