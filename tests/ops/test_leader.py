@@ -114,7 +114,9 @@ def _terminate_holder(url: str, key: int) -> None:
             "AND classid::bigint = :hi AND objid::bigint = :lo"), {"hi": unsigned >> 32, "lo": unsigned & 0xFFFFFFFF}
         ).scalars().all()
         assert len(pids) == 1
-        conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pids[0]})
+        # Wait (up to 30 s) until the backend is gone and its locks with it: on a loaded machine the
+        # signalled backend can still hold the lock when the next statement runs.
+        assert conn.execute(text("SELECT pg_terminate_backend(:p, 30000)"), {"p": pids[0]}).scalar()
     engine.dispose()
 
 
