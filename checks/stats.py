@@ -112,15 +112,6 @@ def table_dispersion(rows: list[tuple[int, ...]]) -> float:
     return max(1.0, chi2 / ((t.shape[0] - 1) * (t.shape[1] - 1)))
 
 
-def _fill_zeroes(p: np.ndarray) -> np.ndarray:
-    # As Evidently's get_binned_data: empty bins get 1e-4, or 1e-6 of the smallest share if that is smaller.
-    nonzero = p[p > 0]
-    if not len(nonzero):
-        return p
-    floor = nonzero.min() / 1e6 if nonzero.min() <= 1e-4 else 1e-4
-    return np.where(p == 0, floor, p)
-
-
 def shares(counts) -> np.ndarray:
     c = np.asarray(counts, dtype=float)
     total = c.sum()
@@ -132,8 +123,24 @@ def psi(reference, current) -> float:
     NaN when either histogram is empty."""
     if not np.sum(reference) or not np.sum(current):
         return math.nan
-    r, c = _fill_zeroes(shares(reference)), _fill_zeroes(shares(current))
-    return float(np.sum((r - c) * np.log(r / c)))
+    return float(psi_rows(np.asarray(reference, float)[None, :], np.asarray(current, float)[None, :])[0])
+
+
+def psi_rows(reference: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """PSI of each row pair of two (runs x bins) count arrays; NaN for a row where either is empty."""
+    ref, cur = _smoothed(reference), _smoothed(current)
+    return np.sum((ref - cur) * np.log(ref / cur), axis=1)
+
+
+def _smoothed(counts: np.ndarray) -> np.ndarray:
+    # As Evidently's get_binned_data: empty bins get 1e-4, or 1e-6 of the smallest share if that is smaller.
+    counts = np.asarray(counts, dtype=float)
+    total = counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = counts / total
+    nonzero = np.where(p > 0, p, np.inf).min(axis=1, keepdims=True)
+    floor = np.where(nonzero <= 1e-4, nonzero / 1e6, 1e-4)
+    return np.where(p == 0, floor, p)
 
 
 def jensen_shannon(reference, current) -> float:

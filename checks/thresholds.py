@@ -16,6 +16,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
+from checks.stats import psi_rows
+
 
 @dataclass(frozen=True)
 class StandardDeviationThreshold:
@@ -34,23 +36,6 @@ class StandardDeviationThreshold:
             return self.lower_limit, self.lower_limit
         mean, spread = float(runs.mean()), float(runs.std(ddof=1)) if len(runs) > 1 else 0.0
         return (max(self.lower_limit, mean - self.sd * spread), min(self.upper_limit, mean + self.sd * spread))
-
-
-def psi_rows(reference: np.ndarray, current: np.ndarray) -> np.ndarray:
-    """PSI of each row pair of two (runs x bins) count arrays, empty bins smoothed as checks.stats.psi;
-    NaN for a row where either histogram is empty."""
-    ref, cur = _smoothed(reference), _smoothed(current)
-    return np.sum((ref - cur) * np.log(ref / cur), axis=1)
-
-
-def _smoothed(counts: np.ndarray) -> np.ndarray:
-    counts = np.asarray(counts, dtype=float)
-    total = counts.sum(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = counts / total
-    nonzero = np.where(p > 0, p, np.inf).min(axis=1, keepdims=True)
-    floor = np.where(nonzero <= 1e-4, nonzero / 1e6, 1e-4)
-    return np.where(p == 0, floor, p)
 
 
 def psi_null(reference: tuple[int, ...], n: int, runs: int, seed: int) -> np.ndarray:
