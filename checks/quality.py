@@ -315,7 +315,7 @@ def estimate_findings(estimates: list[Measure], realized: Mapping[tuple[str, str
         status = "ok" if m.value is not None and m.n >= min_n else "insufficient"
         out.append(Finding("quality_estimate", {"metric": m.metric, "class": m.cls, "group": group}, m.value,
                            status, m.n, interval=m.interval,
-                           detail={**m.detail, **detail, "estimated": True, "realized": real, "error": error}))
+                           detail={**m.detail, **detail, "estimated": True, "realized": real, "estimate_error": error}))
     return out
 
 

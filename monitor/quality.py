@@ -387,6 +387,6 @@ def realized_error(findings: list[Finding]) -> dict[tuple[str, str], list[float]
     group `all`."""
     out: dict[tuple[str, str], list[float]] = defaultdict(list)
     for f in findings:
-        if f.check == "quality_estimate" and f.labels.get("group") == ALL_GROUP and f.detail.get("error") is not None:
-            out[(f.labels["metric"], f.labels["class"])].append(f.detail["error"])
+        if f.check == "quality_estimate" and f.labels.get("group") == ALL_GROUP and f.detail.get("estimate_error") is not None:
+            out[(f.labels["metric"], f.labels["class"])].append(f.detail["estimate_error"])
     return dict(out)

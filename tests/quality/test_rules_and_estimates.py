@@ -122,8 +122,8 @@ def test_cbpe_estimate_and_its_error_on_calibrated_scores(threshold: float) -> N
         f = by[key]
         assert f.check == "quality_estimate" and f.detail["estimated"] is True
         assert f.detail["realized"] == pytest.approx(realized[key])
-        assert f.detail["error"] == pytest.approx(f.value - realized[key])
-        assert abs(f.detail["error"]) < 0.02, (key, f.detail)
+        assert f.detail["estimate_error"] == pytest.approx(f.value - realized[key])
+        assert abs(f.detail["estimate_error"]) < 0.02, (key, f.detail)
 
 
 def test_cbpe_is_wrong_when_scores_are_not_calibrated() -> None:
@@ -175,3 +175,21 @@ def test_estimate_interval_holds_the_realized_figure_when_scores_are_calibrated(
             lo, hi = est[key].interval
             hits[key] += lo <= real[key] <= hi
     assert all(h / reps >= 0.88 for h in hits.values()), hits
+
+
+def test_a_matured_estimate_is_not_a_failed_check() -> None:
+    """The estimate's error (estimate - realized) is a figure, not a check failure: the verdict of its
+    window raises no `error` alert for it."""
+    from datetime import UTC, datetime, timedelta
+
+    from monitor.verdict import decide
+
+    y, pred, proba = calibrated(5_000, seed=5, threshold=0.5)
+    realized = {(m.metric, m.cls): m.value for m in measure(Labelled(y, pred, proba, CLS), "Yes", samples=0)}
+    start = datetime(2026, 1, 5, tzinfo=UTC)
+    rows = [f.to_row("svc", "v1", start, start + timedelta(days=1), None)
+            for f in estimate_findings(estimate(pred, proba, CLS), realized, "all", 30, {})]
+    verdict = decide(rows, service="svc", model_version="v1", window_start=start,
+                     window_end=start + timedelta(days=1), now=start + timedelta(days=9))
+    assert verdict.errors == ()
+    assert any(r["detail"]["estimate_error"] for r in rows)
