@@ -4,6 +4,7 @@ resolves, resolve after the fault ends, false pages, and the verdict of every wi
     .venv/bin/python bench/incidents.py                  # every scenario, live and as a backlog
     .venv/bin/python bench/incidents.py --short          # shorter runs at a lower rate
     .venv/bin/python bench/incidents.py slower-cache healthy-week --mode live
+    .venv/bin/python bench/incidents.py segment-short    # one real-data case (docs/evaluation.md)
 
 Each scenario is generated with a fault end (a rollback or fix; the before regime returns) and replayed
 with the harness of tests/alerts/test_end_to_end.py (a tick every 15 minutes, then the alert stage and
@@ -11,6 +12,9 @@ the outbox drain against a local fake Slack Web API server, on a new Store each 
 - live: every line is written when its time comes, a tick every 15 minutes from the start;
 - backlog: the daemon starts half way through the fault with every earlier line already written, then
   ticks live to the end (healthy-week: starts on day 3, after the deploy).
+The real-data cases (monitor/simulate/realdata.py) are replayed by `tailwatch backfill` (each step a
+daemon tick, alerts included), live by their smallest window or as a backlog (one step to the middle of
+the first fault, then live), and scored per injected fault with that window.
 The scores are read from the store (incidents, verdicts), never from logs. Targets: onset error <= one
 window; no resolve before the fault ends; resolved within 3 windows after it; the right verdict on
 >= 95% of the fault's windows and none of the opposite kind (slower called worse or the reverse);
@@ -28,6 +32,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "alerts")]
@@ -81,12 +87,13 @@ def _parse(s: str | None) -> datetime | None:
     return None if s is None else datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
-def window_truth(truth: Truth, model_version: str, start: datetime, end: datetime) -> str | None:
+def window_truth(truth: Truth, model_version: str, start: datetime, end: datetime,
+                 window: timedelta = WINDOW) -> str | None:
     """The right verdict of one version's window; None when the window straddles the onset or the fault
     end (neither answer is wrong there). A version-change fault leaves the old version healthy."""
     if not truth.faulty:
         return "healthy"
-    fault_end = truth.fault_end or truth.end + WINDOW
+    fault_end = truth.fault_end or truth.end + window
     if end <= truth.onset or start >= fault_end:
         return "healthy"
     if start < truth.onset or end > fault_end:
@@ -102,7 +109,7 @@ def confusion(truth: Truth, verdicts: list[dict], window: timedelta = WINDOW) ->
     for v in verdicts:
         if v["window_end"] - v["window_start"] != window:
             continue
-        right = window_truth(truth, v["model_version"], v["window_start"], v["window_end"])
+        right = window_truth(truth, v["model_version"], v["window_start"], v["window_end"], window)
         if right is not None:
             out[(right, v["verdict"])] += 1
     return out
@@ -253,6 +260,81 @@ def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, list[dic
     return truth, score(truth, incidents, result["verdicts"]), incidents, time.perf_counter() - started
 
 
+# -- the real-data cases (monitor/simulate/realdata.py) -------------------------------------------------
+
+def realdata_cases() -> dict:
+    """The real-data evaluation cases by name: the full ones and the short ones the test suite runs."""
+    from monitor.simulate import realdata
+
+    return {c.name: c for c in [make() for make in realdata.CASES.values()] + realdata.short_cases()}
+
+
+def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list[dict], float]:
+    """Build one real-data case under `root` and replay it with `tailwatch backfill` (every step a daemon
+    tick, alerts included): `live` steps through the whole range by the smallest window; `backlog` first
+    takes one step to the middle of the first fault (the daemon starting with that much already logged),
+    then goes on live. Returns the truth, the stored incidents and verdicts, and seconds."""
+    from monitor.durations import parse_duration
+    from monitor.simulate import realdata
+    from storage.store import Store
+
+    out = root / f"{case.name}-{mode}"
+    started = time.perf_counter()
+    truth = realdata.build(case, out)
+    start, end = _parse(truth["start"]), _parse(truth["end"])
+    step = parse_duration(case.step)
+    first = min(truth["faults"], key=lambda f: f["onset"])
+    middle = _parse(first["onset"]) + (_parse(first["end"]) - _parse(first["onset"])) / 2
+    middle = start + (middle - start) // step * step
+    runs = [(start, end, None)] if mode == "live" else [(start, middle, middle - start), (middle, end, None)]
+    for command in (("db", "upgrade"), ("reference", "build")):
+        _ok(realdata.tailwatch(out, *command), command)
+    for since, until, jump in runs:
+        command = ("backfill", "--since", since.isoformat(), "--until", until.isoformat())
+        if jump is not None:
+            command += ("--step", f"{int(jump.total_seconds())}s")
+        _ok(realdata.tailwatch(out, *command), command)
+    service = yaml.safe_load((out / "tailwatch.yaml").read_text())["services"][0]["name"]
+    store = Store(f"sqlite:///{out / 'tailwatch.db'}")
+    try:
+        with store.transaction() as session:
+            incidents = store.load_incidents(session, service)
+            verdicts = store.load_verdicts(session, service)
+    finally:
+        store.dispose()
+    return truth, incidents, verdicts, time.perf_counter() - started
+
+
+def _ok(done, command) -> None:
+    if done.returncode != 0:
+        raise RuntimeError(f"`tailwatch {' '.join(command)}` exited {done.returncode}: "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+
+
+def realdata_scores(case, truth: dict, incidents: list[dict], verdicts: list[dict]) -> list[tuple[str, Truth, Score]]:
+    """One score per injected fault, each over its own stretch of the run: from the end of the fault before
+    it (or the start: the healthy range counts with the first) to the onset of the next (or the end). A
+    slowdown keeps the case's version; a quality fault serves its own version while it lasts."""
+    from monitor.durations import parse_duration
+
+    window = parse_duration(case.step)
+    start, end = _parse(truth["start"]), _parse(truth["end"])
+    faults = sorted(truth["faults"], key=lambda f: f["onset"])
+    out = []
+    for i, fault in enumerate(faults):
+        lo = start if i == 0 else _parse(faults[i - 1]["end"])
+        hi = end if i + 1 == len(faults) else _parse(faults[i + 1]["onset"])
+        onset, fault_end = _parse(fault["onset"]), _parse(fault["end"])
+        t = Truth(fault["expected"][0], lo, hi, onset, None if fault_end >= end else fault_end, case.version,
+                  fault.get("version", case.version))
+        # Incidents opened in the stretch (or within the resolve allowance after it, before the next fault).
+        mine = [x for x in incidents if lo <= x["opened_at"] < hi]
+        windows = [v for v in verdicts if v["window_start"] >= lo and v["window_end"] <= hi]
+        what = f"{fault['stage']} x{fault['factor']:g}" if fault["kind"] == "slowdown" else fault["change"]
+        out.append((f"{case.name}: {fault['kind']} ({what})", t, score(t, mine, windows, window)))
+    return out
+
+
 def describe(incident: dict) -> str:
     """One stored incident on one line, for the log: verdict, version, severity, since, opened, resolved."""
     def hm(d: datetime | None) -> str:
@@ -264,12 +346,19 @@ def describe(incident: dict) -> str:
 
 
 def _min(x: float | None) -> str:
-    return "–" if x is None else f"{x:+.0f} min"
+    """Signed minutes, as hours or days when long."""
+    if x is None:
+        return "–"
+    if abs(x) >= 2 * 24 * 60:
+        return f"{x / 1440:+.1f} d"
+    if abs(x) >= 120:
+        return f"{x / 60:+.1f} h"
+    return f"{x:+.0f} min"
 
 
-def row(scenario: str, mode: str, truth: Truth, s: Score) -> str:
+def row(scenario: str, mode: str, truth: Truth, s: Score, window: timedelta = WINDOW) -> str:
     share = "–" if s.right_share is None else f"{s.right_share:.0%} ({s.opposite_windows} opposite)"
-    missed = misses(truth, s)
+    missed = misses(truth, s, window)
     return (f"| {scenario} | {mode} | {truth.verdict} | {s.verdict} | {_min(s.onset_error_min)} "
             f"| {_min(s.first_alert_min)} | {_min(s.resolve_delay_min)} | {s.premature_resolves} "
             f"| {s.false_pages_per_day:.2f} | {share} | {'; '.join(missed) or 'ok'} |")
@@ -287,21 +376,27 @@ def confusion_table(total: Counter) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from alerts_support import TOKEN
 
+    from monitor.durations import parse_duration
     from monitor.simulate import ALL_SCENARIOS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenarios", nargs="*", help=f"default: all of {', '.join(ALL_SCENARIOS)}")
+    cases = realdata_cases()
+    parser.add_argument("scenarios", nargs="*", help=f"default: all of {', '.join(ALL_SCENARIOS)} and the "
+                        f"real-data cases (one of {', '.join(cases)}; the short ones with --short)")
     parser.add_argument("--short", action="store_true", help="4 h runs at 2 req/s (healthy-week: 4 days)")
     parser.add_argument("--mode", choices=("live", "backlog", "both"), default="both")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.scenarios) - set(ALL_SCENARIOS))
+    unknown = sorted(set(args.scenarios) - set(ALL_SCENARIOS) - set(cases))
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(unknown)}; one of {', '.join(ALL_SCENARIOS)}")
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; one of {', '.join((*ALL_SCENARIOS, *cases))}")
+    short_cases = [name for name in cases if name.endswith("-short")]
+    real = [cases[n] for n in args.scenarios if n in cases] if args.scenarios else \
+        [cases[n] for n in cases if (n in short_cases) == args.short]
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     os.environ["TW_SLACK_TOKEN"] = TOKEN
     modes = ("live", "backlog") if args.mode == "both" else (args.mode,)
     rows, failed, total = [], [], {m: Counter() for m in modes}
-    for scenario in args.scenarios or ALL_SCENARIOS:
+    for scenario in [n for n in args.scenarios if n in ALL_SCENARIOS] if args.scenarios else ALL_SCENARIOS:
         plan = Plan.of(scenario, args.short)
         for mode in modes:
             truth, s, incidents, seconds = replay(scenario, plan, mode)
@@ -312,15 +407,35 @@ def main(argv: list[str] | None = None) -> int:
             if misses(truth, s):
                 failed.append(f"{scenario} ({mode})")
             print(f"{scenario} {mode}: {seconds:.0f} s; {rows[-1]}", file=sys.stderr, flush=True)
-    length = "4 h at 2 req/s, fault 1 h - 2.5 h" if args.short else "8 h at 3 req/s, fault 2 h - 5 h"
-    print(f"| scenario ({length}) | replay | right verdict | incident verdict | onset error | first alert "
-          "| resolve after fault end | premature resolves | false pages / day | right verdict (fault windows) "
-          "| misses |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
-    print("\n".join(rows))
-    for mode in modes:
-        print(f"\nVerdict per 15-minute window, {mode} (windows straddling the onset or fault end left out):\n")
-        print("\n".join(confusion_table(total[mode])))
+    real_rows = []
+    if real:
+        with tempfile.TemporaryDirectory(prefix="tw-realdata-") as tmp:
+            for case in real:
+                window = parse_duration(case.step)
+                for mode in modes:
+                    truth, incidents, verdicts, seconds = replay_realdata(case, mode, Path(tmp))
+                    for incident in sorted(incidents, key=lambda i: i["opened_at"]):
+                        print(f"  incident {describe(incident)}", file=sys.stderr)
+                    for name, t, s in realdata_scores(case, truth, incidents, verdicts):
+                        real_rows.append(row(name, mode, t, s, window))
+                        if misses(t, s, window):
+                            failed.append(f"{name} ({mode})")
+                        print(f"{name} {mode}: {real_rows[-1]}", file=sys.stderr, flush=True)
+                    print(f"{case.name} {mode}: {seconds:.0f} s", file=sys.stderr, flush=True)
+    header = ("| replay | right verdict | incident verdict | onset error | first alert | resolve after fault end "
+              "| premature resolves | false pages / day | right verdict (fault windows) | misses |")
+    if rows:
+        length = "4 h at 2 req/s, fault 1 h - 2.5 h" if args.short else "8 h at 3 req/s, fault 2 h - 5 h"
+        print(f"| scenario ({length}) {header}")
+        print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+        print("\n".join(rows))
+        for mode in modes:
+            print(f"\nVerdict per 15-minute window, {mode} (windows straddling the onset or fault end left out):\n")
+            print("\n".join(confusion_table(total[mode])))
+    if real_rows:
+        print(f"\n| real-data fault (window: the case's smallest) {header}")
+        print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+        print("\n".join(real_rows))
     if failed:
         print(f"\nmissed a target: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
