@@ -360,6 +360,8 @@ def config(case: Case, trained: _Model) -> dict:
                         "retention": f"{int(case.label_delay / timedelta(days=1)) + 30}d",
                         "accepted_version": case.version, "rules": [dict(r) for r in case.rules]},
         }],
+        # Labels arrive `label_delay` (+ jitter) after their prediction: stale only a day past that.
+        "alerts": {"no_data": {"labels_after": f"{int((case.label_delay + case.label_jitter) / timedelta(hours=1)) + 24}h"}},
     }
 
 
