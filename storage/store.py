@@ -468,17 +468,21 @@ class Store:
 
     def save_offsets(self, session: Session, source: str, states: Iterable[OffsetState]) -> None:
         """Insert or overwrite the offsets of `source` for the given files."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
         by_key = {s.file_key: s for s in states}
         if not by_key:
             return
-        # Only the keys at hand are looked up (in slices: a bound parameter each), not the source's every file.
-        keys = list(by_key)
-        existing: set[str] = set()
-        for i in range(0, len(keys), 500):
-            existing.update(session.scalars(select(SourceOffset.file_key).where(
-                SourceOffset.source == source, SourceOffset.file_key.in_(keys[i:i + 500]))).all())
+        table = SourceOffset.__table__
+        dialect = sqlite if session.get_bind().dialect.name == "sqlite" else postgresql
+        # One upsert per file, new or known: no lookup of which keys are stored first.
+        statement = dialect.insert(table)
+        statement = statement.on_conflict_do_update(
+            index_elements=[table.c.source, table.c.file_key],
+            set_={k: statement.excluded[k] for k in ("path", "offset", "line", "cursor", "fingerprint", "size",
+                                                    "updated_at")})
         now = self.clock()
-        values = [
+        _execute_many(session, statement, [
             {
                 "source": source, "file_key": s.file_key, "path": s.path, "offset": int(s.offset),
                 "line": int(s.line), "cursor": s.cursor, "fingerprint": s.fingerprint,
@@ -486,18 +490,7 @@ class Store:
                 "updated_at": now,
             }
             for s in by_key.values()
-        ]
-        updates = [v for v in values if v["file_key"] in existing]
-        inserts = [v for v in values if v["file_key"] not in existing]
-        table = SourceOffset.__table__
-        if updates:
-            _execute_many(session, update(table).where(
-                table.c.source == bindparam("b_source"), table.c.file_key == bindparam("b_key")).values(
-                {k: bindparam(k) for k in ("path", "offset", "line", "cursor", "fingerprint", "size", "updated_at")}),
-                [{k: x for k, x in v.items() if k not in ("source", "file_key")}
-                 | {"b_source": v["source"], "b_key": v["file_key"]} for v in updates], table.c.updated_at)
-        if inserts:
-            _execute_many(session, insert(table), inserts, table.c.updated_at)
+        ], table.c.updated_at)
 
     # -- ticks --------------------------------------------------------------------------------
 
