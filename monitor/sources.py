@@ -93,7 +93,9 @@ def _format_of(name: str, declared: str) -> str:
     if declared != "auto":
         return declared
     # Rotated copies keep their type: app.jsonl.1, app.jsonl.2.gz.
-    name = _ROTATED.sub("", name.lower())
+    name = name.lower()
+    if name[-1:].isdigit() or name.endswith(".gz"):  # the only names _ROTATED changes
+        name = _ROTATED.sub("", name)
     if name.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     if name.endswith((".csv", ".tsv")):
@@ -103,13 +105,16 @@ def _format_of(name: str, declared: str) -> str:
     return "unknown"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     """One file of a listing: where it is, what it is, and the state its read starts from."""
 
     where: str  # its path as listed (a Path is made only for the files read on their own)
     name: str
-    stat: os.stat_result
+    # From its one fstat: bytes and modification time (ns), and its identity `<device>:<inode>`. The stat
+    # result itself is not kept: one object fewer per file for the garbage collector to scan, many times.
+    size: int
+    mtime_ns: int
     key: str
     fmt: str
     head: bytes  # the first bytes (decompressed for .gz; the whole file when `whole`)
@@ -117,7 +122,7 @@ class _Plan:
     fingerprint: str | None
     claims: str | None = None  # the stored state it continues (its own key, or the file it is a copy of)
     state: OffsetState | None = None
-    events: list[str] = field(default_factory=list)
+    events: tuple[str, ...] = ()  # (a tuple: most files have none, and an empty tuple is no object of its own)
     parquet: pq.ParquetFile | None = None
     error: str | None = None  # why a Parquet file could not be opened
 
@@ -208,7 +213,7 @@ class DirectorySource:
                     continue  # another name (a link) of a file already read: one read per identity
                 keys.add(plan.key)
                 plans.append(plan)
-            plans.sort(key=lambda p: (p.stat.st_mtime_ns, p.name))  # oldest first
+            plans.sort(key=lambda p: (p.mtime_ns, p.name))  # oldest first
             claimed = _claim(plans, offsets)
             for batch in self._read_claimed(claimed, offsets, pool):
                 saved.update(s.file_key for s in batch.offsets)
@@ -217,7 +222,7 @@ class DirectorySource:
             # nothing new, a rename, a longer fingerprint) keeps it: next time it is known as itself.
             for plan in claimed:
                 if plan.key not in saved and plan.state != offsets.get(plan.key):
-                    yield Batch(self.name, plan.name, _empty_frame(), [], plan.state, plan.events)
+                    yield Batch(self.name, plan.name, _empty_frame(), [], plan.state, list(plan.events))
         finally:
             # The caller stopped early or a parse failed: blocks still queued are dropped, running ones
             # (a block each) are waited for, so no thread outlives the read. Closed on one of its own
@@ -229,21 +234,25 @@ class DirectorySource:
                       pool: ThreadPoolExecutor) -> Iterator[Batch]:
         """The batches of the files to read, small files together."""
         small: list[_Plan] = []
-        held = [0, 0]  # bytes and lines of `small`
+        held_bytes = held_lines = 0  # of `small`
+        group = None  # the format (and CSV header) of `small`
+        max_bytes, max_lines = self.limits.chunk_bytes, self.limits.chunk_rows
         for plan in claimed:
             size = self._small_size(plan)
             if size is not None:
-                if small and (len(small) >= _SMALL_FILES or _group(small[0]) != _group(plan)
-                              or held[0] + size[0] > self.limits.chunk_bytes
-                              or held[1] + size[1] > self.limits.chunk_rows):
+                mine = _group(plan)
+                if small and (len(small) >= _SMALL_FILES or mine != group or held_bytes + size[0] > max_bytes
+                              or held_lines + size[1] > max_lines):
                     yield from self._small_batches(small, pool)
-                    small, held = [], [0, 0]
+                    small, held_bytes, held_lines = [], 0, 0
                 small.append(plan)
-                held = [held[0] + size[0], held[1] + size[1]]
+                group = mine
+                held_bytes += size[0]
+                held_lines += size[1]
                 continue
             if small:
                 yield from self._small_batches(small, pool)
-                small = []
+                small, held_bytes, held_lines = [], 0, 0
             try:
                 yield from self._read_file(plan, offsets, pool)
             except OSError as exc:
@@ -261,20 +270,31 @@ class DirectorySource:
         and its rows if small. OSError when it cannot be opened or read."""
         fmt = _format_of(name, self.config.format)
         gz = name.endswith(".gz")
+        if fmt != "parquet" and not gz:
+            # A bare descriptor: no file object to build and tear down for the many small files of a directory.
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                head = os.read(fd, min(st.st_size, _MAX_FP) + 1)
+            finally:
+                os.close(fd)
+            head, whole = head[:_MAX_FP], len(head) <= _MAX_FP
+            return _Plan(path, name, st.st_size, st.st_mtime_ns, f"{st.st_dev}:{st.st_ino}", fmt, head, whole,
+                         _fingerprint_of(head))
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
-            key = f"{st.st_dev}:{st.st_ino}"
+            identity = (st.st_size, st.st_mtime_ns, f"{st.st_dev}:{st.st_ino}")
             if fmt != "parquet":
-                head, whole = _head(fh, st.st_size, gz)
-                return _Plan(path, name, st, key, fmt, head, whole, _fingerprint_of(head))
+                head, whole = _gzip_head(fh)
+                return _Plan(path, name, *identity, fmt, head, whole, _fingerprint_of(head))
             # A compressed rotation is decompressed in memory: Parquet needs random access.
             source = pa.BufferReader(gzip.decompress(fh.read())) if gz else path
         try:
             pf = _open_parquet(source)
         except (pa.ArrowInvalid, OSError, EOFError, zlib.error) as exc:
             # No footer yet (still being written), or not Parquet at all: see _read_parquet.
-            return _Plan(path, name, st, key, fmt, b"", False, None, error=str(exc))
-        return _Plan(path, name, st, key, fmt, b"", False, None, parquet=pf)
+            return _Plan(path, name, *identity, fmt, b"", False, None, error=str(exc))
+        return _Plan(path, name, *identity, fmt, b"", False, None, parquet=pf)
 
     def _small_size(self, plan: _Plan) -> tuple[int, int] | None:
         """Bytes and lines left to read in a file held whole, when they fit in one batch (else None)."""
@@ -287,14 +307,14 @@ class DirectorySource:
         return (rest, lines) if lines <= self.limits.chunk_rows else None
 
     def _read_file(self, plan: _Plan, offsets: dict[str, OffsetState], pool: ThreadPoolExecutor) -> Iterator[Batch]:
-        path, state, events, fmt = plan.path, plan.state, plan.events, plan.fmt
+        path, state, events, fmt = plan.path, plan.state, list(plan.events), plan.fmt
         if fmt == "parquet":
             yield from self._read_parquet(plan, offsets)
         elif fmt in ("jsonl", "csv", "otlp"):
             yield from self._read_lines(path, state, events, fmt, pool)
         # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
         elif state.offset == 0 and state.line == 0:
-            size = plan.stat.st_size
+            size = plan.size
             yield Batch(self.name, path.name, pd.DataFrame({LINE: []}),
                         [Reject(path.name, Reason.unparseable, f"unknown file type: {path.name}")],
                         replace(state, offset=size, line=1, size=size), events)
@@ -303,7 +323,10 @@ class DirectorySource:
         """Small files of one format (and CSV header) parsed together: one parse and one validation for many
         files. Rows carry FILE and their own line numbers; each file's offset goes with the batch."""
         fmt = plans[0].fmt
-        header = _header(plans[0].head) if fmt == "csv" else None
+        csv = fmt == "csv"
+        header = _header(plans[0].head) if csv else None
+        if csv and header is None:
+            return  # header not complete yet (the files of a group share it)
         parts: list[bytes] = []
         names: list[str] = []
         starts: list[int] = []  # first line of each piece within the joined buffer (0-based)
@@ -312,26 +335,25 @@ class DirectorySource:
         total = 0
         for plan in plans:
             state = plan.state
-            body = plan.head[state.offset:]
-            cut = body.rfind(b"\n") + 1
-            body = body[:cut]
-            if fmt == "csv" and header is None:
-                continue  # header not complete yet
+            start = state.offset
+            end = plan.head.rfind(b"\n", start) + 1  # after the last whole line
+            if end <= start:
+                continue
+            body = plan.head[start:end]
             lines = body.count(b"\n")
             base = state.line
-            if state.offset == 0 and body.startswith(_BOM):
-                body = body[len(_BOM):]
-            if fmt == "csv" and state.offset == 0 and lines:
-                body, base = body[body.index(b"\n") + 1:], base + 1
-            if not cut:
-                continue
+            if not start:
+                if body.startswith(_BOM):
+                    body = body[len(_BOM):]
+                if csv:
+                    body, base = body[body.index(b"\n") + 1:], base + 1
             names.append(plan.name)
             starts.append(total)
             bases.append(base)
             parts.append(body)
-            total += body.count(b"\n")
-            states.append(OffsetState(state.file_key, state.path, state.offset + cut, state.line + lines,
-                                      state.cursor, state.fingerprint, state.offset + cut))
+            total += lines - (base - state.line)  # the header line is no row
+            states.append(OffsetState(state.file_key, state.path, end, state.line + lines, state.cursor,
+                                      state.fingerprint, end))
         if not states:
             return
         buf = b"".join(parts)
@@ -363,9 +385,9 @@ class DirectorySource:
         yield Batch(self.name, names[0] if len(names) == 1 else "", frame, moved, states[0], [], table, states[1:])
 
     def _read_parquet(self, plan: _Plan, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
-        path, state, events, pf = plan.path, plan.state, plan.events, plan.parquet
+        path, state, events, pf = plan.path, plan.state, list(plan.events), plan.parquet
         seen = plan.claims in offsets
-        size = plan.stat.st_size
+        size = plan.size
         if pf is None:
             # No footer yet: a Parquet file still being written is read once it is complete. One that stays
             # unreadable at the same size from one tick to the next is broken: quarantined once, as a file.
@@ -465,7 +487,7 @@ def _claim(plans: list[_Plan], offsets: dict[str, OffsetState]) -> list[_Plan]:
             taken.add(plan.key)
         else:
             if mine is not None:
-                plan.events.append("truncated" if _shrunk(plan, mine) else "replaced")
+                plan.events += ("truncated" if _shrunk(plan, mine) else "replaced",)
             fresh.append(plan)
     # Every stored state, those continued by their own file too: a copy of a file read this time waits.
     lengths: dict[int, dict[str, OffsetState]] = {}
@@ -473,16 +495,17 @@ def _claim(plans: list[_Plan], offsets: dict[str, OffsetState]) -> list[_Plan]:
         if state.fingerprint and not state.fingerprint.startswith(_ROWS):
             lengths.setdefault(_fp_len(state.fingerprint), {})[state.fingerprint] = state
     rows_fp = {s.fingerprint: s for s in offsets.values() if s.fingerprint and s.fingerprint.startswith(_ROWS)}
+    longest_first = sorted(lengths.items(), reverse=True)
     out = []
     for plan in plans:
         if plan.claims is None:
-            match = _match(plan, lengths, rows_fp)
+            match = _match(plan, longest_first, rows_fp)
             if match is not None and match.file_key in taken:
                 continue  # the file it copies is read this time (as itself or as another copy)
             if match is not None:
                 plan.claims = match.file_key
                 taken.add(match.file_key)
-                plan.events.append(f"continues {os.path.basename(match.path)}")
+                plan.events += (f"continues {os.path.basename(match.path)}",)
                 plan.state = replace(match, file_key=plan.key, path=plan.where)
             elif plan.gz and not plan.whole and len(plan.head) < _MAX_FP:
                 continue  # a compressed copy still being written: its start may yet match a file read before
@@ -502,14 +525,14 @@ _ROWS = "rows"  # prefix of a Parquet fingerprint: a hash of its first row, not 
 
 
 def _fresh(plan: _Plan) -> OffsetState:
-    return OffsetState(plan.key, plan.where, 0, 0, None, plan.fingerprint, plan.stat.st_size)
+    return OffsetState(plan.key, plan.where, 0, 0, None, plan.fingerprint, plan.size)
 
 
 def _shrunk(plan: _Plan, state: OffsetState) -> bool:
     """Shorter than the offset read: truncated (a Parquet file only while it has no footer: emptied)."""
     if plan.gz or plan.fmt == "parquet" and plan.parquet is not None:
         return False
-    return plan.stat.st_size < state.offset
+    return plan.size < state.offset
 
 
 def _continues(plan: _Plan, state: OffsetState) -> bool:
@@ -519,29 +542,30 @@ def _continues(plan: _Plan, state: OffsetState) -> bool:
     if plan.fmt == "parquet":
         plan.fingerprint = _parquet_fingerprint(plan.parquet) if plan.parquet is not None else None
         if plan.fingerprint is None or not state.fingerprint or not state.fingerprint.startswith(_ROWS):
-            return plan.fingerprint is None or state.fingerprint is None or plan.stat.st_size >= (state.size or 0)
+            return plan.fingerprint is None or state.fingerprint is None or plan.size >= (state.size or 0)
         return plan.fingerprint == state.fingerprint and plan.parquet.metadata.num_rows >= state.line
-    if not state.fingerprint or state.fingerprint.startswith(_ROWS):
-        return True
+    if not state.fingerprint or state.fingerprint.startswith(_ROWS) or plan.fingerprint == state.fingerprint:
+        return True  # (the same fingerprint: the same first bytes, hashed when the file was opened)
     n = _fp_len(state.fingerprint)
     return len(plan.head) >= n and _hash(plan.head[:n]) == state.fingerprint
 
 
-def _match(plan: _Plan, lengths: dict[int, dict[str, OffsetState]],
+def _match(plan: _Plan, longest_first: list[tuple[int, dict[str, OffsetState]]],
            rows_fp: dict[str, OffsetState]) -> OffsetState | None:
-    """The stored state (of another file) whose fingerprint this file's first bytes match, longest first."""
+    """The stored state (of another file) whose fingerprint this file's first bytes match, longest first
+    (`longest_first`: the stored fingerprints by length, longest first)."""
     if plan.fmt == "parquet":
         if plan.parquet is None:
             return None
         plan.fingerprint = _parquet_fingerprint(plan.parquet)
         state = rows_fp.get(plan.fingerprint)
         return state if state is not None and plan.parquet.metadata.num_rows >= state.line else None
-    for n in sorted(lengths, reverse=True):
+    for n, states in longest_first:
         if n > len(plan.head) or n == 0:
             continue
-        state = lengths[n].get(_hash(plan.head[:n]))
+        state = states.get(_hash(plan.head[:n]))
         # A plain copy holds at least the bytes read from the file it copies; a .gz's size says nothing.
-        if state is not None and (plan.gz or plan.stat.st_size >= state.offset):
+        if state is not None and (plan.gz or plan.size >= state.offset):
             return state
     return None
 
@@ -573,12 +597,9 @@ def _parquet_fingerprint(pf: pq.ParquetFile) -> str | None:
     return f"{_ROWS}1:{hashlib.sha1(json.dumps(row.to_pylist(), default=str, sort_keys=True).encode()).hexdigest()}"
 
 
-def _head(fh, size: int, gz: bool) -> tuple[bytes, bool]:
-    """The first _MAX_FP bytes of a file (decompressed for .gz), and whether that is all of it (for .gz: every
-    member read to its end)."""
-    if not gz:
-        head = fh.read(min(size, _MAX_FP) + 1)
-        return head[:_MAX_FP], len(head) <= _MAX_FP
+def _gzip_head(fh) -> tuple[bytes, bool]:
+    """The first _MAX_FP decompressed bytes of a .gz file, and whether that is all of it (every member read to
+    its end)."""
     parts: list[bytes] = []
     got, partial = 0, False
     decomp = zlib.decompressobj(wbits=47)

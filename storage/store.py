@@ -114,30 +114,27 @@ class SchemaError(StoreError):
     """The database schema is missing, behind, or newer than this tailwatch."""
 
 
-def _execute_many(session: Session, statement, rows: list[dict], stamp_column) -> None:
-    """Run `statement` once per row through the driver's executemany. Every value but `stamp_column`'s
-    (one time, the same in every row) is text, an integer or None, which no type converts: the stamp is
-    converted once, not SQLAlchemy's per-row parameter processing (~50 us a row, seconds for many files)."""
+_OFFSET_COLUMNS = ("source", "file_key", "path", "offset", "line", "cursor", "fingerprint", "size")
+
+
+def _execute_many(session: Session, statement, names: tuple[str, ...], rows: list[tuple], stamp_column,
+                  stamp: datetime) -> None:
+    """Run `statement` once per row through the driver's executemany: `rows` hold the values of `names`, and
+    `stamp_column` takes `stamp` in every row. Those values are text, integers or None, which no type
+    converts: the stamp is converted once, not SQLAlchemy's per-row parameter processing (~50 us a row,
+    seconds for many files)."""
     conn = session.connection()
     compiled = statement.compile(dialect=conn.dialect)
     convert = stamp_column.type.bind_processor(conn.dialect)
-    name = stamp_column.key
-    stamps: dict = {}
-    for row in rows:
-        value = row[name]
-        if value not in stamps:
-            stamps[value] = convert(value) if convert else value
+    value = convert(stamp) if convert else stamp
+    columns = (*names, stamp_column.key)
     if compiled.positiontup is None:
-        params = [row | {name: stamps[row[name]]} for row in rows]
+        params = [dict(zip(columns, (*row, value), strict=True)) for row in rows]
+    elif tuple(compiled.positiontup) == columns:
+        params = [(*row, value) for row in rows]
     else:
-        order = list(compiled.positiontup)
-        at = order.index(name)
-        take = itemgetter(*order)
-        params = []
-        for row in rows:
-            values = list(take(row))
-            values[at] = stamps[values[at]]
-            params.append(tuple(values))
+        take = itemgetter(*(columns.index(k) for k in compiled.positiontup))
+        params = [take((*row, value)) for row in rows]
     conn.exec_driver_sql(compiled.string, params)
 
 
@@ -468,36 +465,24 @@ class Store:
 
     def save_offsets(self, session: Session, source: str, states: Iterable[OffsetState]) -> None:
         """Insert or overwrite the offsets of `source` for the given files."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
         by_key = {s.file_key: s for s in states}
         if not by_key:
             return
-        # Only the keys at hand are looked up (in slices: a bound parameter each), not the source's every file.
-        keys = list(by_key)
-        existing: set[str] = set()
-        for i in range(0, len(keys), 500):
-            existing.update(session.scalars(select(SourceOffset.file_key).where(
-                SourceOffset.source == source, SourceOffset.file_key.in_(keys[i:i + 500]))).all())
-        now = self.clock()
-        values = [
-            {
-                "source": source, "file_key": s.file_key, "path": s.path, "offset": int(s.offset),
-                "line": int(s.line), "cursor": s.cursor, "fingerprint": s.fingerprint,
-                "size": None if s.size is None else int(s.size),
-                "updated_at": now,
-            }
-            for s in by_key.values()
-        ]
-        updates = [v for v in values if v["file_key"] in existing]
-        inserts = [v for v in values if v["file_key"] not in existing]
         table = SourceOffset.__table__
-        if updates:
-            _execute_many(session, update(table).where(
-                table.c.source == bindparam("b_source"), table.c.file_key == bindparam("b_key")).values(
-                {k: bindparam(k) for k in ("path", "offset", "line", "cursor", "fingerprint", "size", "updated_at")}),
-                [{k: x for k, x in v.items() if k not in ("source", "file_key")}
-                 | {"b_source": v["source"], "b_key": v["file_key"]} for v in updates], table.c.updated_at)
-        if inserts:
-            _execute_many(session, insert(table), inserts, table.c.updated_at)
+        dialect = sqlite if session.get_bind().dialect.name == "sqlite" else postgresql
+        # One upsert per file, new or known: no lookup of which keys are stored first.
+        statement = dialect.insert(table)
+        statement = statement.on_conflict_do_update(
+            index_elements=[table.c.source, table.c.file_key],
+            set_={k: statement.excluded[k] for k in ("path", "offset", "line", "cursor", "fingerprint", "size",
+                                                    "updated_at")})
+        _execute_many(session, statement, _OFFSET_COLUMNS, [
+            (source, s.file_key, s.path, int(s.offset), int(s.line), s.cursor, s.fingerprint,
+             None if s.size is None else int(s.size))
+            for s in by_key.values()
+        ], table.c.updated_at, self.clock())
 
     # -- ticks --------------------------------------------------------------------------------
 

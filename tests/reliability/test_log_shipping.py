@@ -191,14 +191,16 @@ def test_an_unreadable_file_is_reported_and_the_others_are_read(tmp_path, store,
     locked = logs / "b.jsonl"
     locked.chmod(0)
     if os.geteuid() == 0:  # root reads a file of mode 000: its open is made to fail as it would for anyone else
-        real_open = open
+        def guard(real_open):
+            def guarded(path, *args, **kwargs):
+                if os.fspath(path) == str(locked) and locked.stat().st_mode & 0o444 == 0:
+                    raise PermissionError(13, "Permission denied", str(path))
+                return real_open(path, *args, **kwargs)
+            return guarded
 
-        def guarded(path, *args, **kwargs):
-            if os.fspath(path) == str(locked) and locked.stat().st_mode & 0o444 == 0:
-                raise PermissionError(13, "Permission denied", str(path))
-            return real_open(path, *args, **kwargs)
-
-        monkeypatch.setattr(sources_mod, "open", guarded, raising=False)
+        # Plain files are opened as bare descriptors (os.open), others as file objects (open).
+        monkeypatch.setattr(sources_mod, "open", guard(open), raising=False)
+        monkeypatch.setattr(os, "open", guard(os.open))
     cfg = make_config(logs)
     [first] = run(cfg, store)
     assert stored_rows(store) == 200
