@@ -159,9 +159,9 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 anchor = provisional
             base = None
             if anchor is not None:
-                mine = version if anchors.accepts(version, anchor, start, version) else None
-                base = frozen.baseline(_before(start, end, baseline_kind, anchor), mine,
-                                       anchors.accepted_versions(anchor), segment, merged.rows, blocks)
+                good = anchors.accepted_versions(start)
+                base = frozen.baseline(_before(start, end, baseline_kind, anchor), version if version in good
+                                       else None, good, segment, merged.rows, blocks)
             if base is None:
                 history = baseline.get((version, segment), [])
                 if sum(r[3].rows for r in history) < merged.rows:
