@@ -12,9 +12,10 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from checks.base import Finding, trailing
+from checks.base import Finding, Trailing, trailing
 from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
+from checks.stats import dispersion
 from monitor.partials import ALL, Partial, merge_all
 from monitor.profile import Profile
 from storage.store import Store
@@ -78,9 +79,10 @@ def _before(start: datetime, end: datetime, kind: str, until: datetime) -> list[
 
 @dataclass(frozen=True)
 class Anchors:
-    """What holds baselines in place, loaded by the caller (monitor.runner.anchors): a baseline never
+    """What holds baselines in place, loaded by the caller (monitor.runner.load_anchors): a baseline never
     contains the regression it judges. A window of version v is compared with the history before its
-    anchor (anchor_of); with no anchor, with its trailing history (baseline_ranges, `lag` before it)."""
+    anchor (anchors_of: the earliest with history before it); with none, with its trailing history
+    (baseline_ranges, `lag` before it)."""
 
     accepted: frozenset[str] = frozenset()  # version values accepted (config accepted_versions, `tailwatch accept`)
     sightings: tuple[tuple[str, str, datetime], ...] = ()  # (kind, value, first_seen) of every version value
@@ -97,11 +99,11 @@ class Anchors:
             return False
         return not any((m is None or m == version) and onset >= first_seen for m, onset in self.incidents)
 
-    def anchor_of(self, version: str, start: datetime, size: timedelta) -> datetime | None:
-        """The end of the baseline of a window of `version` at [start, start + size): the earlier of the
-        latest first sighting (floored to the window length) of a value not accepted -- `version` itself,
-        or any preprocess_version or config_hash -- and the earliest onset of an incident open on
-        `version` or on every version, each at or before `start`; None: no anchor."""
+    def anchors_of(self, version: str, start: datetime, size: timedelta) -> list[datetime]:
+        """Where the baseline of a window of `version` at [start, start + size) may end, earliest first:
+        the latest first sighting (floored to the window length) of a value not accepted -- `version`
+        itself, or any preprocess_version or config_hash -- and the earliest onset of an incident open on
+        `version` or on every version, each at or before `start`. Empty: no anchor (trailing history)."""
         latest = None
         for kind, value, seen in self.sightings:
             if kind == "model_version" and value != version:
@@ -110,8 +112,7 @@ class Anchors:
             if at <= start and (latest is None or at > latest) and not self.accepts(value, at, start, version):
                 latest = at
         onsets = [onset for m, onset in self.incidents if (m is None or m == version) and onset <= start]
-        ends = [e for e in (latest, min(onsets, default=None)) if e is not None]
-        return min(ends, default=None)
+        return sorted({e for e in (latest, min(onsets, default=None)) if e is not None})
 
     def accepted_versions(self, at: datetime) -> frozenset[str]:
         """The model versions accepted at `at` (listed, or soaked)."""
@@ -152,16 +153,17 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 baseline[(row[1], row[2])].append(row)
         clean: dict[str, bool] = {}
         for (version, segment), parts in sorted(window.items()):
-            merged = blocks.merge(parts, [(start, end)])
-            anchor = anchors.anchor_of(version, start, end - start)
+            merged = _clumps(parts, blocks.merge(parts, [(start, end)]))
+            ends = anchors.anchors_of(version, start, end - start)
             provisional = breached.get((version, end - start))
-            if provisional is not None and (anchor is None or provisional < anchor):
-                anchor = provisional
-            base = None
-            if anchor is not None:
-                good = anchors.accepted_versions(start)
+            if provisional is not None:
+                ends = sorted({*ends, provisional})
+            base, good = None, anchors.accepted_versions(start) if ends else frozenset()
+            for anchor in ends:  # the earliest with history before it: a value there from the start has none
                 base = frozen.baseline(_before(start, end, baseline_kind, anchor), version if version in good
                                        else None, good, segment, merged.rows, blocks)
+                if base is not None:
+                    break
             if base is None:
                 history = baseline.get((version, segment), [])
                 if sum(r[3].rows for r in history) < merged.rows:
@@ -194,6 +196,13 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
 
 
 _Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segment, the decoded partial
+
+
+def _clumps(parts: list[_Row], merged: Partial) -> Trailing:
+    """The window `merged` with the dispersion of its rates (RATES) between its buckets `parts`: failures
+    that come in one clump (a burst) are fewer independent events than their count."""
+    return Trailing(merged.counts, merged.hists, merged.sketches, merged.unseen, merged.profile,
+                    {key: dispersion([(r[3].counts[key], r[3].rows) for r in parts]) for key in RATES.values()})
 
 
 def accepted_history(store: Store, service: str, period: tuple[datetime, datetime]) -> Partial | None:

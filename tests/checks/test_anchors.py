@@ -97,6 +97,10 @@ def test_an_open_incident_holds_its_baseline_at_its_onset(store):
     # Another version's incident holds nothing of v1's; one opened later than the window neither.
     for other in (("v2", DEPLOY), ("v1", DEPLOY + 16 * HOUR)):
         assert p50(score(store, "svc", None, window, anchors=Anchors(incidents=(other,))))[window[0][0]] == absorbed
+    # A value there from the start (nothing before it) is no anchor: the incident's onset still holds.
+    initial = Anchors(sightings=(("config_hash", "c1", DEPLOY - DAY), ("preprocess_version", "pp1", DEPLOY - DAY)),
+                      incidents=(("v1", DEPLOY),))
+    assert p50(score(store, "svc", None, window, anchors=initial))[window[0][0]].status == "breach"
     # A config change first seen at the onset and not accepted holds it too.
     change = Anchors(accepted=frozenset({"v1"}), sightings=(("model_version", "v1", DEPLOY - DAY),
                                                             ("config_hash", "c1", DEPLOY - DAY),
