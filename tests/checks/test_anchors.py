@@ -143,3 +143,35 @@ def test_same_hour_baselines_held_at_an_anchor_are_the_days_before_it():
     assert len(ranges) == 7 and all(b <= DEPLOY and b - a == HOUR for a, b in ranges)
     assert ranges[-1] == (start - 2 * DAY, start - 2 * DAY + HOUR)
     assert _before(start, start + HOUR, "same_hour_7d", start) == baseline_ranges(start, start + HOUR, "same_hour_7d")
+
+
+def test_a_burst_of_rejects_in_one_bucket_is_one_event_not_a_reject_rate(store):
+    # A client's burst cut by its rate limit puts ~5% of a window's requests in one 5-minute bucket; the
+    # same count spread over the window is a reject rate.
+    five = timedelta(minutes=5)
+    rng = np.random.default_rng(3)
+
+    def minutes(start: datetime, n: int, rejected: int, tag: str) -> pd.DataFrame:
+        status = np.array(["ok"] * n, dtype=object)
+        status[rng.choice(n, rejected, replace=False)] = "rejected"
+        return pd.DataFrame({"request_id": [f"{tag}-{start:%d%H%M}-{i}" for i in range(n)],
+                             "ts": pd.Timestamp(start) + pd.to_timedelta(np.linspace(0, 299, n), unit="s"),
+                             "model_version": "v1", "status": status, "joined": True, "stage_rows": 1,
+                             "latency_ms": rng.lognormal(2, 0.1, n)})
+
+    day = [minutes(DEPLOY - (k + 1) * five, 600, 1 if k % 4 == 0 else 0, "b") for k in range(288)]
+    later = DEPLOY + HOUR
+    spread = [minutes(DEPLOY + k * five, 600, 32, "s") for k in range(3)]
+    burst = [minutes(later, 600, 95, "w"), minutes(later + five, 600, 0, "w"), minutes(later + 2 * five, 600, 0, "w")]
+    rows = fold(pd.concat(day + burst + spread, ignore_index=True), five, [], timed=False)
+    with store.transaction() as session:
+        store.upsert_partials(session, "svc", rows, merge_bytes)
+
+    def reject(start):
+        [scored] = [s for s in score(store, "svc", None, [(start, start + 3 * five)]) if s.segment == ALL]
+        return next(f for f in scored.findings if f.labels == {"rate": "reject"})
+
+    clumped, steady = reject(later), reject(DEPLOY)
+    assert clumped.value == pytest.approx(steady.value, rel=0.02)
+    assert clumped.status == "ok" and clumped.detail["dispersion"] > 10
+    assert steady.status == "breach"
