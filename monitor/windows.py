@@ -267,8 +267,10 @@ class _Frozen:
         when none has (the caller falls back to the trailing baseline)."""
         key = tuple(ranges)
         if key not in self.rows:
-            if len(self.rows) >= self.KEEP:
-                self.rows.pop(next(iter(self.rows)))
+            if len(self.rows) >= self.KEEP:  # the oldest range, and its merges (a long backfill sees many)
+                gone = next(iter(self.rows))
+                del self.rows[gone]
+                self.merged = {k: v for k, v in self.merged.items() if k[0] != gone}
             self.rows[key] = [r for a, b in ranges for r in _load(self.store, self.service, a, b)]
         for versions in ([version] if version is not None else sorted(accepted), None):
             choice = (key, segment, None if versions is None else tuple(versions))

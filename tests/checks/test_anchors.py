@@ -175,3 +175,17 @@ def test_a_burst_of_rejects_in_one_bucket_is_one_event_not_a_reject_rate(store):
     assert clumped.value == pytest.approx(steady.value, rel=0.02)
     assert clumped.status == "ok" and clumped.detail["dispersion"] > 10
     assert steady.status == "breach"
+
+
+def test_an_anchored_baseline_is_read_once_per_call_however_many_windows_use_it(store, monkeypatch):
+    from monitor.partials import Partial
+
+    same_version_fault(store, hours=16)
+    windows = [(DEPLOY + h * HOUR, DEPLOY + (h + 1) * HOUR) for h in range(16)]
+    decoded = []
+    real = Partial.from_bytes
+    monkeypatch.setattr(Partial, "from_bytes", staticmethod(lambda b: decoded.append(1) or real(b)))
+    held = score(store, "svc", None, windows, anchors=Anchors(incidents=((None, DEPLOY),)))
+    assert all(f.status == "breach" for f in p50(held).values())
+    stored_buckets = 24 + 16  # hour buckets, all traffic only (no segments)
+    assert len(decoded) <= stored_buckets + 24  # the trailing span once, the day before the onset once more
