@@ -132,7 +132,9 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
         n, k = window.rows, window.counts[key]
         b_n = baseline.rows if baseline is not None else 0
         base = baseline.counts[key] / b_n if b_n else None
-        phi = widen(baseline, key)
+        # Failures in one clump of the window (a client's burst cut by its rate limit) are one event, not
+        # many: the window's own dispersion widens its interval as the baseline's does.
+        phi = max(widen(baseline, key), widen(window, key))
         low, high = wilson(k / phi, n / phi)
         if n < params.min_n or b_n < params.min_n:
             status = "insufficient"

@@ -537,6 +537,33 @@ def silence_create(
               + ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in matchers), highlight=False)
 
 
+@app.command()
+def accept(
+    version: Annotated[str, typer.Argument(help="The version value: a model_version, preprocess_version or config_hash.")],
+    service: Annotated[str | None, typer.Option(help="The service (default: the only one).")] = None,
+    comment: Annotated[str, typer.Option(help="Why it is good.")] = "",
+    accepted_by: Annotated[str | None, typer.Option("--by", help="Who (default: $USER).")] = None,
+    now: Annotated[str | None, typer.Option(help="When (RFC 3339); default: now.")] = None,
+) -> None:
+    """Accept a version as good: its windows are then compared with its own history, not with the last
+    accepted version before it (see docs/alerts.md, Baselines)."""
+    import getpass
+
+    cfg = load_config()
+    chosen = [s for s in cfg.services if service in (None, s.name)]
+    if len(chosen) != 1:
+        fail(f"--service: {'no service named ' + repr(service) if service else 'several services'}; "
+             f"one of {[s.name for s in cfg.services]}")
+    name = chosen[0].name
+    store = open_store(cfg)
+    with store.transaction() as session:
+        seen = [v for v in store.load_versions(session, name) if v["value"] == version]
+        new = store.accept_version(session, name, version, parse_now(now), accepted_by or getpass.getuser(), comment)
+    what = ", ".join(f"{v['kind']} first seen {v['first_seen']:%Y-%m-%d %H:%M} UTC" for v in seen) or "not seen yet"
+    out.print(f"{escape(name)}: {escape(version)} {'accepted' if new else 'was already accepted'} ({what})",
+              highlight=False)
+
+
 @silence_app.command("list")
 def silence_list(
     show_all: Annotated[bool, typer.Option("--all", help="Also expired silences.")] = False,

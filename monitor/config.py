@@ -438,9 +438,15 @@ class Service(_Model):
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # the history that latency, cache and signal checks compare a window with
     baseline: Literal["trailing_24h", "same_hour_7d"] = "trailing_24h"
+    # how far before the window that history ends: a lag keeps a slow drift from becoming its own baseline
+    baseline_lag: Duration = Field(timedelta(0), ge=timedelta(0))
+    # a new version is accepted (compared with its own history) this long after it first appeared, when no
+    # incident is open on it; None: only accepted_versions and `tailwatch accept`
+    soak: Duration | None = Field(None, gt=timedelta(0))
     quality: Quality | None = None  # delayed-label quality; None: labels are not scored
     rules: list[SloRule] = Field(default_factory=list)  # SLO rules
-    accepted_versions: list[str] = Field(default_factory=list)  # known-good model versions: rollback targets
+    # known-good versions: rollback targets, and the baseline a new version is compared with until accepted
+    accepted_versions: list[str] = Field(default_factory=list)
     compare: Compare = Field(default_factory=Compare)  # `tailwatch compare`
 
     @field_validator("checks")

@@ -23,7 +23,7 @@ from monitor.health import Metrics
 from monitor.nightly import run_nightly
 from monitor.notify import drain, undeliverable
 from monitor.profile import stored_profile
-from monitor.runner import TickReport, tick
+from monitor.runner import TickReport, load_anchors, tick
 from monitor.windows import score, store_scored, windows_for
 from storage.store import Store, TickRecord
 
@@ -122,8 +122,9 @@ def recover(config: Config, store: Store, now: datetime, interrupted: list[TickR
             if span is not None:
                 profile, _ = stored_profile(store, service)
                 windows = [w for size in service.buckets.windows for w in windows_for(dead.now, size, span)]
-                scored = store_scored(store, service.name, score(store, service.name, profile, windows,
-                                                                  service.check_params(), service.baseline), dead.id)
+                scored = store_scored(store, service.name, score(
+                    store, service.name, profile, windows, service.check_params(), service.baseline,
+                    anchors=load_anchors(service, store)), dead.id)
         with store.transaction() as session:
             store.finish_tick(session, dead.id, "error", {}, {
                 "error": "interrupted: the process ended during this tick; its committed steps were kept",

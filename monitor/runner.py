@@ -32,7 +32,7 @@ from monitor.profile import Profile, stored_profile
 from monitor.quality import score_service, windows_holding
 from monitor.sources import FILE, LINE, Batch, DirectorySource, SqlTableSource, open_source
 from monitor.validate import validate
-from monitor.windows import score, store_scored, windows_for
+from monitor.windows import Anchors, score, store_scored, windows_for
 from storage.store import Store
 
 
@@ -130,13 +130,30 @@ def _score(service: Service, store: Store, now: datetime, tick_id: int, report: 
     ref = service.reference
     params = compare_with(service.check_params(), service.checks, ref.compare_with if ref else "reference")
     scored = score(store, service.name, profile, windows, params=params, baseline_kind=service.baseline,
-                   accepted=ref.accepted if ref else None)
+                   accepted=ref.accepted if ref else None, anchors=load_anchors(service, store))
     report.findings = store_scored(store, service.name, scored, tick_id)
     report.breaches = [
         f"{s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m {s.model_version} "
         f"{f.check} {describe_labels(f.labels)}: {_num(f.value)} vs {_num(f.baseline)} (n={f.n})"
         for s in scored for f in s.findings if f.status == "breach"
     ]
+
+
+def load_anchors(service: Service, store: Store) -> Anchors:
+    """What holds `service`'s baselines (windows.Anchors): its accepted versions (config and `tailwatch
+    accept`), every version value's first sighting, and the onsets of its open incidents."""
+    with store.transaction() as session:
+        accepted = store.load_acceptances(session, service.name)
+        sightings = store.load_versions(session, service.name)
+        incidents = store.load_incidents(session, service.name, status="open")
+    listed = set(service.accepted_versions) | {a["value"] for a in accepted}
+    if service.quality is not None and service.quality.accepted_version:
+        listed.add(service.quality.accepted_version)
+    return Anchors(accepted=frozenset(listed),
+                   sightings=tuple((v["kind"], v["value"], v["first_seen"]) for v in sightings),
+                   incidents=tuple((i["model_version"], i["first_window_start"]) for i in incidents
+                                   if i["first_window_start"] is not None),
+                   soak=service.soak, lag=service.baseline_lag)
 
 
 def _num(value: float | None) -> str:

@@ -7,13 +7,15 @@ fell into (late data re-scores). Work per tick is bounded by the windows it scor
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from bisect import bisect_left
+from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from checks.base import Finding, trailing
+from checks.base import Finding, Trailing, trailing
 from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
+from checks.stats import dispersion
 from monitor.partials import ALL, Partial, merge_all
 from monitor.profile import Profile
 from storage.store import Store
@@ -55,48 +57,119 @@ def windows_for(now: datetime, size: timedelta, touched: tuple[datetime, datetim
     return [(s, s + size) for s in sorted(starts)[-MAX_RESCORED:]]
 
 
-def baseline_ranges(start: datetime, end: datetime, kind: str = "trailing_24h") -> list[tuple[datetime, datetime]]:
-    """The bucket ranges [a, b) the baseline of window [start, end) merges: the BASELINE before it
-    (`trailing_24h`), or the same hours of day on each of the SAME_HOUR_DAYS days before (`same_hour_7d`:
-    traffic and latency that follow the clock are compared with their own hour)."""
+def baseline_ranges(start: datetime, end: datetime, kind: str = "trailing_24h",
+                    lag: timedelta = timedelta(0)) -> list[tuple[datetime, datetime]]:
+    """The bucket ranges [a, b) the trailing baseline of window [start, end) merges, ending `lag` before
+    it: the BASELINE before (`trailing_24h`), or the same hours of day on each of the SAME_HOUR_DAYS days
+    before (`same_hour_7d`: traffic and latency that follow the clock are compared with their own hour)."""
+    return _before(start, end, kind, start - lag)
+
+
+def _before(start: datetime, end: datetime, kind: str, until: datetime) -> list[tuple[datetime, datetime]]:
+    """baseline_ranges of window [start, end) ending by `until` (at most `start`): the BASELINE before
+    `until`, or the same hours on the SAME_HOUR_DAYS days before it (the last one cut at `until`)."""
     if kind == "trailing_24h":
-        return [(start - BASELINE, start)]
+        return [(until - BASELINE, until)]
     if kind == "same_hour_7d":
         day = timedelta(days=1)
-        return [(start - d * day, min(end - d * day, start)) for d in range(SAME_HOUR_DAYS, 0, -1)]
+        first = (start - until) // day + 1  # the first day back whose same hours begin before `until`
+        return [(start - d * day, min(end - d * day, until)) for d in range(first + SAME_HOUR_DAYS - 1, first - 1, -1)]
     raise ValueError(f"unknown baseline {kind!r}; one of {BASELINES}")
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """What holds baselines in place, loaded by the caller (monitor.runner.load_anchors): a baseline never
+    contains the regression it judges. A window of version v is compared with the history before its
+    anchor (anchors_of: the earliest with history before it); with none, with its trailing history
+    (baseline_ranges, `lag` before it)."""
+
+    accepted: frozenset[str] = frozenset()  # version values accepted (config accepted_versions, `tailwatch accept`)
+    sightings: tuple[tuple[str, str, datetime], ...] = ()  # (kind, value, first_seen) of every version value
+    incidents: tuple[tuple[str | None, datetime], ...] = ()  # open incidents: (model version, None: all; onset)
+    soak: timedelta | None = None  # a value is accepted this long after its first sighting with no open incident
+    lag: timedelta = timedelta(0)  # the trailing baseline ends this long before the window
+
+    def accepts(self, value: str, first_seen: datetime, at: datetime, version: str) -> bool:
+        """Whether `value` (first seen at `first_seen`) is accepted for a window of `version` starting `at`:
+        listed, or soaked with no incident open on `version` (or on every version) since it appeared."""
+        if value in self.accepted:
+            return True
+        if self.soak is None or first_seen + self.soak > at:
+            return False
+        return not any((m is None or m == version) and onset >= first_seen for m, onset in self.incidents)
+
+    def anchors_of(self, version: str, start: datetime, size: timedelta) -> list[datetime]:
+        """Where the baseline of a window of `version` at [start, start + size) may end, earliest first:
+        the latest first sighting (floored to the window length) of a value not accepted -- `version`
+        itself, or any preprocess_version or config_hash -- and the earliest onset of an incident open on
+        `version` or on every version, each at or before `start`. Empty: no anchor (trailing history)."""
+        latest = None
+        for kind, value, seen in self.sightings:
+            if kind == "model_version" and value != version:
+                continue
+            at = floor_to(seen, size)
+            if at <= start and (latest is None or at > latest) and not self.accepts(value, at, start, version):
+                latest = at
+        onsets = [onset for m, onset in self.incidents if (m is None or m == version) and onset <= start]
+        return sorted({e for e in (latest, min(onsets, default=None)) if e is not None})
+
+    def accepted_versions(self, at: datetime) -> frozenset[str]:
+        """The model versions accepted at `at` (listed, or soaked)."""
+        return frozenset(v for kind, v, seen in self.sightings
+                         if kind == "model_version" and self.accepts(v, seen, at, v)) | self.accepted
 
 
 def score(store: Store, service: str, profile: Profile | None, windows: list[tuple[datetime, datetime]],
           params=None, baseline_kind: str = "trailing_24h",
-          accepted: tuple[datetime, datetime] | None = None) -> list[Scored]:
+          accepted: tuple[datetime, datetime] | None = None, anchors: Anchors | None = None) -> list[Scored]:
     """Score each window per model version and segment against its baseline (`baseline_kind`, see
-    baseline_ranges); `params`: check name -> thresholds (Service.check_params()). `accepted`: a period of
-    serving history whose merged partials the data checks' serving-history comparisons use instead of
-    the trailing baseline. The windows are scored, and returned, in order of start (they share what
-    they read)."""
+    baseline_ranges; held at `anchors`, see Anchors); `params`: check name -> thresholds
+    (Service.check_params()). `accepted`: a period of serving history whose merged partials the data
+    checks' serving-history comparisons use instead of the trailing baseline. The windows are scored,
+    and returned, in order of start (they share what they read).
+
+    A backlog scored in one call holds its own ground too: once a version's all-traffic window breaches,
+    its later windows of that length are compared with the history before that window, until one comes
+    back clean (a regression never becomes its own baseline before an incident holds it)."""
+    anchors = anchors or Anchors()
     out: list[Scored] = []
-    held, blocks = _Held(store, service), _Blocks()
+    held, blocks, frozen = _Held(store, service), _Blocks(), _Frozen(store, service)
     served = accepted_history(store, service, accepted) if accepted is not None else None
+    breached: dict[tuple[str, timedelta], datetime] = {}  # (version, length) -> its first breaching window
     for start, end in sorted(windows):
-        ranges = baseline_ranges(start, end, baseline_kind)
+        ranges = baseline_ranges(start, end, baseline_kind, anchors.lag)
         blocks.forget(ranges[0][0])  # windows come in order of start: no later one reaches back past this
-        if baseline_kind == "trailing_24h":  # one range: the baseline runs into the window
-            rows = held.between(start - BASELINE, end)
+        if baseline_kind == "trailing_24h":  # one range: held with the window (and the lag between)
+            rows = held.between(ranges[0][0], end)
         else:
             rows = [r for a, b in [*ranges, (start, end)] for r in _load(store, service, a, b)]
         window: dict[tuple[str, str], list[_Row]] = defaultdict(list)
         baseline: dict[tuple[str, str], list[_Row]] = defaultdict(list)
         for row in rows:
-            target = window if row[0] >= start else baseline
-            target[(row[1], row[2])].append(row)
+            if row[0] >= start:
+                window[(row[1], row[2])].append(row)
+            elif any(a <= row[0] < b for a, b in ranges):
+                baseline[(row[1], row[2])].append(row)
+        clean: dict[str, bool] = {}
         for (version, segment), parts in sorted(window.items()):
-            merged = blocks.merge(parts, [(start, end)])
-            history = baseline.get((version, segment), [])
-            if sum(r[3].rows for r in history) < merged.rows:
-                # A version too new to have its own history is compared with what the service did before it.
-                history = [r for (v, seg), rs in baseline.items() if seg == segment for r in rs]
-            base = trailing([r[3] for r in history], tuple(RATES.values()), blocks.merge(history, ranges))
+            merged = _clumps(parts, blocks.merge(parts, [(start, end)]))
+            ends = anchors.anchors_of(version, start, end - start)
+            provisional = breached.get((version, end - start))
+            if provisional is not None:
+                ends = sorted({*ends, provisional})
+            base, good = None, anchors.accepted_versions(start) if ends else frozenset()
+            for anchor in ends:  # the earliest with history before it: a value there from the start has none
+                base = frozen.baseline(_before(start, end, baseline_kind, anchor), version if version in good
+                                       else None, good, segment, merged.rows, blocks)
+                if base is not None:
+                    break
+            if base is None:
+                history = baseline.get((version, segment), [])
+                if sum(r[3].rows for r in history) < merged.rows:
+                    # A version too new to have its own history is compared with what the service did before it.
+                    history = [r for (v, seg), rs in baseline.items() if seg == segment for r in rs]
+                base = trailing([r[3] for r in history], tuple(RATES.values()), blocks.merge(history, ranges))
             if segment == ALL and served is not None:
                 findings = [f for f in evaluate(merged, profile, base, params) if f.check not in DATA_CHECKS]
                 findings += evaluate(merged, profile, served, params, only=DATA_CHECKS)
@@ -111,11 +184,25 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 if own is not None:
                     findings += evaluate(merged, own, base, params, only=HISTOGRAM_CHECKS)
                 findings = [_with_segment(f, segment) for f in findings]
+            if segment == ALL:
+                clean[version] = not any(f.status == "breach" for f in findings)
             out.append(Scored(start, end, version, segment, merged.rows, findings))
+        for version, ok in clean.items():
+            if ok:
+                breached.pop((version, end - start), None)
+            else:
+                breached.setdefault((version, end - start), start)
     return out
 
 
 _Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segment, the decoded partial
+
+
+def _clumps(parts: list[_Row], merged: Partial) -> Trailing:
+    """The window `merged` with the dispersion of its rates (RATES) between its buckets `parts`: failures
+    that come in one clump (a burst) are fewer independent events than their count."""
+    return Trailing(merged.counts, merged.hists, merged.sketches, merged.unseen, merged.profile,
+                    {key: dispersion([(r[3].counts[key], r[3].rows) for r in parts]) for key in RATES.values()})
 
 
 def accepted_history(store: Store, service: str, period: tuple[datetime, datetime]) -> Partial | None:
@@ -135,22 +222,67 @@ def _load(store: Store, service: str, since: datetime, until: datetime) -> list[
 class _Held:
     """The stored partials of the windows of one score() call, read and decoded once. Windows come in
     order of start, and a window's trailing day is nearly all of the next one's: each call reads only
-    the buckets not held yet and lets go of those before the baseline (at most a day and a window held)."""
+    the buckets not held yet and lets go of those before the earliest still asked for (at most the
+    baseline's span and a window held)."""
 
     def __init__(self, store: Store, service: str) -> None:
         self.store, self.service = store, service
-        self.rows: deque[_Row] = deque()  # oldest first
-        self.until: datetime | None = None  # rows held for bucket starts up to here (exclusive)
+        self.rows: list[_Row] = []  # oldest first
+        self.span: tuple[datetime, datetime] | None = None  # rows held for bucket starts in [since, until)
 
     def between(self, since: datetime, until: datetime) -> list[_Row]:
         """The partials with bucket_start in [since, until); `since` must not go back between calls."""
-        while self.rows and self.rows[0][0] < since:
-            self.rows.popleft()
-        lo = since if self.until is None else max(since, self.until)
-        if until > lo:
-            self.rows.extend(_load(self.store, self.service, lo, until))
-            self.until = until
-        return [r for r in self.rows if r[0] < until]
+        if self.span is None or since >= self.span[1] or until <= self.span[0]:
+            self.rows, self.span = _load(self.store, self.service, since, until), (since, until)
+        else:
+            if since < self.span[0]:
+                self.rows[:0] = _load(self.store, self.service, since, self.span[0])
+            if until > self.span[1]:
+                self.rows += _load(self.store, self.service, self.span[1], until)
+            lo = bisect_left(self.rows, since, key=_start)
+            # Let go of what no later window reaches back to.
+            self.rows, self.span = self.rows[lo:], (since, max(until, self.span[1]))
+        return self.rows[:bisect_left(self.rows, until, key=_start)]
+
+
+def _start(row: _Row) -> datetime:
+    return row[0]
+
+
+class _Frozen:
+    """The baselines held at anchors in one score() call: each anchored range read once, and each merge
+    of it (per version choice and segment) made once, however many windows compare with it."""
+
+    KEEP = 4  # anchored ranges held at once (most calls see one or two)
+
+    def __init__(self, store: Store, service: str) -> None:
+        self.store, self.service = store, service
+        self.rows: dict[tuple, list[_Row]] = {}
+        self.merged: dict[tuple, tuple[int, Partial | None]] = {}
+
+    def baseline(self, ranges: list[tuple[datetime, datetime]], version: str | None, accepted: frozenset[str],
+                 segment: str, needed: int, blocks: _Blocks) -> Partial | None:
+        """The merged history of `segment` in `ranges`: of `version` (accepted: its own history), else of
+        the `accepted` versions, else of every version -- the first with at least `needed` rows; None
+        when none has (the caller falls back to the trailing baseline)."""
+        key = tuple(ranges)
+        if key not in self.rows:
+            if len(self.rows) >= self.KEEP:  # the oldest range, and its merges (a long backfill sees many)
+                gone = next(iter(self.rows))
+                del self.rows[gone]
+                self.merged = {k: v for k, v in self.merged.items() if k[0] != gone}
+            self.rows[key] = [r for a, b in ranges for r in _load(self.store, self.service, a, b)]
+        for versions in ([version] if version is not None else sorted(accepted), None):
+            choice = (key, segment, None if versions is None else tuple(versions))
+            if choice not in self.merged:
+                history = [r for r in self.rows[key] if r[2] == segment and (versions is None or r[1] in versions)]
+                n = sum(r[3].rows for r in history)
+                self.merged[choice] = (n, trailing([r[3] for r in history], tuple(RATES.values()),
+                                                   blocks.merge(history, ranges)) if n else None)
+            n, base = self.merged[choice]
+            if n >= needed and n:
+                return base
+        return None
 
 
 BLOCK = timedelta(hours=1)

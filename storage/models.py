@@ -434,6 +434,19 @@ class VersionSeen(Base):
 
 
 
+class VersionAccepted(Base):
+    """A version value (model_version, preprocess_version, config_hash) accepted as good (`tailwatch
+    accept`): from then on its windows are compared with its own history, not with the version before it."""
+
+    __tablename__ = "versions_accepted"
+
+    service: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[str] = mapped_column(String, primary_key=True)
+    accepted_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    accepted_by: Mapped[str] = mapped_column(String, nullable=False, default="", server_default="")
+    comment: Mapped[str] = mapped_column(String, nullable=False, default="", server_default="")
+
+
 # --- operations (migration 0005, issue 7) ---
 
 

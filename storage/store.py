@@ -51,6 +51,7 @@ from storage.models import (
     SourceOffset,
     Tick,
     VerdictRow,
+    VersionAccepted,
     VersionSeen,
     finite_or_none,
     labels_key,
@@ -968,6 +969,24 @@ class Store:
         query = (select(VersionSeen).where(VersionSeen.service == service)
                  .order_by(VersionSeen.first_seen, VersionSeen.kind, VersionSeen.value))
         return [{"kind": v.kind, "value": v.value, "first_seen": v.first_seen} for v in session.scalars(query)]
+
+    def accept_version(self, session: Session, service: str, value: str, at: datetime, by: str = "",
+                       comment: str = "") -> bool:
+        """Accept version `value` of `service` as good at `at`; False when it was accepted already."""
+        if session.get(VersionAccepted, (service, value)) is not None:
+            return False
+        session.add(VersionAccepted(service=service, value=value, accepted_at=utc(at), accepted_by=by,
+                                    comment=comment))
+        session.flush()
+        return True
+
+    def load_acceptances(self, session: Session, service: str) -> list[dict[str, Any]]:
+        """The version values of `service` accepted with `tailwatch accept` (value, accepted_at, accepted_by,
+        comment), oldest first."""
+        query = (select(VersionAccepted).where(VersionAccepted.service == service)
+                 .order_by(VersionAccepted.accepted_at, VersionAccepted.value))
+        return [{"value": a.value, "accepted_at": a.accepted_at, "accepted_by": a.accepted_by,
+                 "comment": a.comment} for a in session.scalars(query)]
 
     def add_silence(self, session: Session, matchers: list[dict[str, str]], created_by: str, comment: str,
                     starts_at: datetime, ends_at: datetime) -> int:

@@ -9,6 +9,7 @@ from monitor.config import Config, Engine, Service
 from monitor.engines import local
 from monitor.engines.local import Scan, ScanResult, store_partials
 from monitor.profile import stored_profile
+from monitor.runner import load_anchors
 from monitor.windows import Scored, floor_to, score, store_scored
 from storage.store import Store
 
@@ -52,7 +53,8 @@ def run_scan(config: Config, service: Service, store: Store, dataset: str, now: 
         first = min(p.bucket_start for p in result.partials)
         last = max(p.bucket_start for p in result.partials) + service.buckets.size
         scored = score(store, service.name, profile,
-                       [w for size in service.buckets.windows for w in windows_between(first, last, size, now)])
+                       [w for size in service.buckets.windows for w in windows_between(first, last, size, now)],
+                       anchors=load_anchors(service, store))
     return ScanReport(result, scored, store_scored(store, service.name, scored, None))
 
 
