@@ -96,13 +96,16 @@ class Alert:
 def transition(prev: Alert | None, sample: Sample, now: datetime) -> tuple[Alert, str]:
     """The alert's next state at `now` given `sample`, and why (Prometheus rule semantics)."""
     alert = prev or Alert(sample.fingerprint, dict(sample.labels))
-    notes = {k: v for k, v in sample.annotations.items() if k not in ("resolution", "clearing")}
+    notes = {k: v for k, v in sample.annotations.items() if k not in ("resolution", "clearing", "held_end")}
     labels = dict(sample.labels)
     if alert.state in ACTIVE_STATES:
         # Where the episode began stays put, unless the walk back over stored windows found an earlier
         # breaching window of the same run (a backfill scored it since).
         onsets = [o for o in (alert.annotations.get("onset"), notes.get("onset")) if o]
         notes["onset"] = min(onsets, key=datetime.fromisoformat) if onsets else notes.get("window_start")
+        if "pre_incident" in notes or "pre_incident" in alert.annotations:
+            # The baseline each signal had when the episode first breached on it stays the reference.
+            notes["pre_incident"] = {**notes.get("pre_incident", {}), **alert.annotations.get("pre_incident", {})}
         # An episode's severity only rises: a page does not turn into an info while it lasts.
         kept = alert.labels.get("severity")
         labels["severity"] = louder(kept, labels.get("severity")) if sample.active else kept or labels.get("severity")
@@ -129,7 +132,8 @@ def transition(prev: Alert | None, sample: Sample, now: datetime) -> tuple[Alert
         if not sample.resolves:
             # Clear, but not for long enough (or its traffic only just moved): one episode, still firing.
             clearing = sample.annotations.get("clearing") or "clear, not settled"
-            return replace(alert, annotations={**alert.annotations, "clearing": clearing}), \
+            held = {"held_end": sample.annotations["held_end"]} if sample.annotations.get("held_end") else {}
+            return replace(alert, annotations={**alert.annotations, "clearing": clearing, **held}), \
                 f"{clearing}: still firing"
         # keep_firing_for counts from the first evaluation that found the condition clear (Prometheus).
         since = alert.keep_firing_since or now
@@ -137,7 +141,7 @@ def transition(prev: Alert | None, sample: Sample, now: datetime) -> tuple[Alert
             return replace(alert, keep_firing_since=since), \
                 f"cleared {now - since} ago, keep_firing_for {sample.keep_firing_for}: still firing"
         resolution = sample.annotations.get("resolution") or "the condition cleared"
-        notes = {k: v for k, v in alert.annotations.items() if k != "clearing"}
+        notes = {k: v for k, v in alert.annotations.items() if k not in ("clearing", "held_end")}
         return replace(alert, state="resolved", resolved_at=now, active_since=None, keep_firing_since=None,
                        annotations={**notes, "resolution": resolution}), f"resolved: {resolution}"
     return alert, "clear"
@@ -312,7 +316,8 @@ def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[date
 
 def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], family: Sequence[str], *, end: datetime,
               shortest: timedelta, serving: Sequence[str], resolve_after: int,
-              last_active_end: datetime | None = None) -> tuple[bool | None, bool, dict[str, Any]]:
+              last_active_end: datetime | None = None, not_back: Sequence[str] = ()
+              ) -> tuple[bool | None, bool, dict[str, Any]]:
     """Whether the verdict alert of `family` of `version` is active at the window ending `end`, whether a clear
     sample may resolve it, and why: (active, resolves, {onset | clearing | resolution}).
 
@@ -320,7 +325,9 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
     verdicts, every length; `serving`: the versions with requests in the last window of the shortest
     length. Clear windows are counted in windows of `shortest` since the version's last breaching window
     ended (stored, or `last_active_end`), once its verdict is decided and clear: event time, so a backlog,
-    a restart or ticks more frequent than windows count the same."""
+    a restart or ticks more frequent than windows count the same. A clear verdict whose episode signals
+    are `not_back` within their pre-incident baseline (a baseline that learnt the regression) is held:
+    it neither counts nor resolves."""
     def hm(t: datetime) -> str:
         return f"{t:%H:%M}" if end - t < timedelta(days=1) else f"{t:%Y-%m-%d %H:%M}"
 
@@ -339,6 +346,9 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
                                                f"{', '.join(serving)} serve{'s' if len(serving) == 1 else ''}"}
         return False, True, {"resolution": f"no traffic: no predictions{since}, from this or any other version "
                                            "(not confirmed fixed)"}
+    if not_back:
+        return False, False, {"clearing": "not back within the pre-incident baseline: " + "; ".join(not_back[:3]),
+                              "held_end": end.isoformat()}
     breaches = [w.end for w in history if w.verdict in family and w.end <= end]
     last = max([*breaches, *([last_active_end] if last_active_end else [])], default=None)
     clear = resolve_after if last is None else max((end - last) // shortest, 0)
@@ -346,6 +356,47 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
         return False, False, {"clearing": f"clear for {clear} of {resolve_after} windows"}
     return False, True, {"resolution": f"fixed: healthy for {clear} window{'s' if clear != 1 else ''} "
                                        "against the pre-incident baseline"}
+
+
+def pre_incident(evidence: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The pre-incident baseline of each signal an episode breached on, from its verdicts' evidence
+    (earliest first: the first baseline of a signal wins): {key: {check, labels, baseline, value}}. Stage
+    latencies (they explain the total) and SLO rules (no baseline) are left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for items in evidence:
+        for e in items:
+            labels = dict(e.get("labels") or {})
+            if (e.get("status") != "breach" or e.get("baseline") is None or e.get("value") is None
+                    or e["check"] == "latency" and not is_service_regression({"labels": labels})):
+                continue
+            out.setdefault(dumps([e["check"], labels]), {"check": e["check"], "labels": labels,
+                                                         "baseline": e["baseline"], "value": e["value"]})
+    return out
+
+
+def not_back(pre: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
+             settings: VerdictAlerts) -> list[str]:
+    """The episode's signals whose value in `found` (a window's findings) is not back within their
+    pre-incident baseline: still shifted the way the breach went by at least `min_effect_ratio` of the
+    baseline (latency quantiles: or `min_effect_ms`, whichever is smaller), with the baseline outside the
+    value's 95% interval. A signal without a decided finding does not hold the episode."""
+    by_key = {dumps([f["check"], dict(f.get("labels") or {})]): f for f in found if f["status"] in ("ok", "breach")}
+    out = []
+    for key, p in pre.items():
+        f = by_key.get(key)
+        if f is None or f.get("value") is None:
+            continue
+        base, value = float(p["baseline"]), float(f["value"])
+        shift = (value - base) * (1 if float(p["value"]) >= base else -1)
+        tolerance = settings.min_effect_ratio * abs(base)
+        if p["check"] == "latency" and "quantile" in p["labels"]:
+            tolerance = min(tolerance, settings.min_effect_ms)
+        low, high = f.get("interval_low"), f.get("interval_high")
+        if shift < tolerance or (low is not None and high is not None and low <= base <= high):
+            continue
+        labels = ",".join(f"{k}={v}" for k, v in sorted(p["labels"].items()))
+        out.append(f"{p['check']}{' ' + labels if labels else ''} {value:.3g} vs {base:.3g}")
+    return out
 
 
 def effect_severity(v: Verdict, settings: VerdictAlerts) -> str:
@@ -381,19 +432,26 @@ def _matters(e: Evidence, settings: VerdictAlerts) -> bool:
 
 def verdict_samples(service: Service, current: Mapping[str, Verdict | None], history: Mapping[str, list[Window]],
                     settings: Alerts, *, end: datetime, shortest: timedelta, serving: Sequence[str],
-                    last_active_end: Mapping[tuple[str, str], datetime] | None = None) -> list[Sample]:
+                    last_active_end: Mapping[tuple[str, str], datetime] | None = None,
+                    held: Mapping[tuple[str, str], list[str]] | None = None,
+                    onset_evidence: Mapping[str, list] | None = None) -> list[Sample]:
     """ModelRegression (slower / worse / both) and InputDrift (drift) of each model version in `current`
-    (its verdict, or None when it had no requests in the last windows but has an active alert)."""
+    (its verdict, or None when it had no requests in the last windows but has an active alert).
+    `held`: per (alertname, version), the signals not back within their pre-incident baseline;
+    `onset_evidence`: per version, the stored evidence of its episode's first window."""
     out = []
     for version, v in current.items():
         notes = verdict_annotations(v) if v is not None else {"digest": "no traffic"}
+        if v is not None:
+            notes["pre_incident"] = pre_incident([*(onset_evidence or {}).get(version, []), notes["evidence"]])
         for name, severity in ((REGRESSION, effect_severity(v, settings.verdict) if v is not None
                                 else settings.verdict.regression_severity),
                                (DRIFT, settings.verdict.drift_severity)):
             active, resolves, why = lifecycle(
                 version, v, history.get(version, []), FAMILY[name], end=end, shortest=shortest,
                 serving=[s for s in serving if s != version], resolve_after=settings.verdict.resolve_after,
-                last_active_end=(last_active_end or {}).get((name, version)))
+                last_active_end=(last_active_end or {}).get((name, version)),
+                not_back=(held or {}).get((name, version), ()))
             out.append(Sample({"alertname": name, "service": service.name, "model_version": version,
                                "severity": severity}, active, settings.verdict.for_, timedelta(0),
                               {**notes, **why}, resolves))
@@ -504,8 +562,10 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
         active = {(r.alertname, (r.labels or {}).get("model_version")): r for r in session.scalars(
             select(AlertState).where(AlertState.service == name, AlertState.alertname.in_((REGRESSION, DRIFT)),
                                      AlertState.state.in_(ACTIVE_STATES)))}
-        last_active_end = {key: datetime.fromisoformat(r.annotations["window_end"]) for key, r in active.items()
-                           if (r.annotations or {}).get("window_end")}
+        # The newest window each active alert breached on or was held in (not back within its baseline).
+        last_active_end = {key: max(datetime.fromisoformat(r.annotations[k]) for k in ("window_end", "held_end")
+                                    if r.annotations.get(k))
+                           for key, r in active.items() if r.annotations and r.annotations.get("window_end")}
     eval_versions = sorted({f["model_version"] for f in by_length[0]})
     # A version with no rows in the shortest window while another has them: its traffic moved on, and its
     # alerts clear. With no rows at all (a quiet hour at low traffic), the longer windows speak for it.
@@ -551,8 +611,16 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
     by_version |= {version: None for _, version in active if version and version not in by_version}
     # Who serves the last window of the shortest length: the version(s) a rolled-back one gave way to.
     serving = sorted(v for v in eval_versions if (v, start, end) in verdicts and verdicts[(v, start, end)].rows > 0)
-    samples = verdict_samples(service, by_version, _history(store, name, sorted(by_version), end), settings,
-                              end=end, shortest=end - start, serving=serving, last_active_end=last_active_end)
+    history = _history(store, name, sorted(by_version), end)
+    held = {}
+    for (alertname, version), row in active.items():
+        pre = (row.annotations or {}).get("pre_incident")
+        if pre and by_version.get(version) is not None:
+            found = fit_windows([[f for f in found if f["model_version"] == version] for found in by_length])
+            held[(alertname, version)] = not_back(pre, found, settings.verdict)
+    samples = verdict_samples(service, by_version, history, settings, end=end, shortest=end - start,
+                              serving=serving, last_active_end=last_active_end, held=held,
+                              onset_evidence=_onset_evidence(store, name, by_version, history, active))
     samples += [rule_sample(service, rule, r) for rule, r in rule_results]
     has_rows = load(start, end).rows > 0
     samples.append(Sample({"alertname": NO_DATA, "service": name, "severity": settings.no_data.severity,
@@ -591,6 +659,29 @@ def _history(store: Store, service: str, versions: Sequence[str], until: datetim
             .order_by(VerdictRow.window_end, VerdictRow.window_start))
         for version, start, end, verdict, rows in found:
             out[version].append(Window(utc(start), utc(end), verdict, int(rows or 0)))
+    return out
+
+
+def _onset_evidence(store: Store, service: str, current: Mapping[str, Verdict | None],
+                    history: Mapping[str, list[Window]], active: Mapping[tuple[str, str], AlertState]
+                    ) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per version whose verdict breaches, the stored evidence of the first window of its run (shortest
+    length first): where its pre-incident baselines come from, however late the first tick saw it."""
+    out: dict[str, list[list[dict[str, Any]]]] = {}
+    for version, v in current.items():
+        name = next((n for n, family in FAMILY.items() if v is not None and v.verdict in family), None)
+        if name is None:
+            continue
+        onsets = [onset_of(history.get(version, []), FAMILY[name], (v.window_start, v.window_end))]
+        row = active.get((name, version))
+        if row is not None and (row.annotations or {}).get("onset"):
+            onsets.append(datetime.fromisoformat(row.annotations["onset"]))
+        with store.transaction() as session:
+            rows = session.execute(select(VerdictRow.window_end, VerdictRow.evidence).where(
+                VerdictRow.service == service, VerdictRow.model_version == version,
+                VerdictRow.window_start == min(onsets), VerdictRow.verdict.in_(FAMILY[name]))
+                .order_by(VerdictRow.window_end)).all()
+        out[version] = [list(evidence or []) for _, evidence in rows]
     return out
 
 
