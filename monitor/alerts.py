@@ -15,7 +15,7 @@ import hashlib
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,6 +38,9 @@ ACTIVE_STATES = ("pending", "firing")
 FAMILY = {REGRESSION: HARMFUL, DRIFT: ("drift",)}  # the verdicts that make each verdict alert active
 # How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
 ONSET_LOOKBACK = timedelta(days=7)
+# The most clear windows the onset walk crosses between two breaching ones (each is checked against the
+# earlier one's baseline): a longer quiet stretch is taken as the end of an earlier episode.
+MAX_GAP = 8
 
 
 def fingerprint(labels: Mapping[str, Any]) -> str:
@@ -286,13 +289,18 @@ class Window:
     rows: int = 0
 
 
-def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[datetime, datetime]) -> datetime:
-    """The start of the first breaching window of the run that led to the window `fired` (start, end).
-    On the shortest window length whose last window within `fired` is in `family` (a longer one only when
-    no shorter one breached: finer windows date the onset better), walk back over the version's stored
-    verdicts through the contiguous verdicts in `family`. `insufficient_data` is crossed without moving
-    the onset (too few requests to tell: an alert holds its state there too); any other verdict, or a
-    window with no stored verdict, ends the run. `fired`'s start when no stored window breached."""
+def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[datetime, datetime], *,
+             resolve_after: int = 1, back: Callable[[Window, Window], bool] | None = None) -> datetime:
+    """The start of the first breaching window of the run that led to the window `fired` (start, end), as
+    live evaluation would have kept one episode open. On the shortest window length whose last window
+    within `fired` is in `family` (a longer one only when no shorter one breached: finer windows date the
+    onset better), walk back over the version's stored verdicts through the verdicts in `family`:
+    - `insufficient_data` is crossed (too few requests to tell: an alert holds its state there too);
+    - clear windows between two breaching ones are crossed unless `resolve_after` of them in a row are
+      back within the earlier breaching window's baseline (`back(clear, earlier)`; without it, every
+      decided clear window is back): live, the episode would not have resolved there;
+    - `no_data`, a window with no stored verdict, or more than MAX_GAP clear windows end the run.
+    `fired`'s start when no stored window breached."""
     by_length: dict[timedelta, dict[datetime, Window]] = defaultdict(dict)
     for w in history:
         by_length[w.end - w.start][w.end] = w
@@ -302,13 +310,22 @@ def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[date
         at = max((e for e in by_end if e <= end and by_end[e].start >= start), default=None)
         if at is None or by_end[at].verdict not in family:
             continue
-        onset = start
-        while at in by_end:
+        onset, gap = start, []
+        while at in by_end and len(gap) <= MAX_GAP:
             w = by_end[at]
             if w.verdict in family:
-                onset = min(onset, w.start)
-            elif w.verdict != "insufficient_data":
+                run = longest = 0
+                for g in reversed(gap):  # oldest first, as live evaluation met them
+                    if g.verdict != "insufficient_data":
+                        run = run + 1 if back is None or back(g, w) else 0
+                        longest = max(longest, run)
+                if longest >= resolve_after:
+                    break  # live, the earlier episode resolved in this gap
+                onset, gap = min(onset, w.start), []
+            elif w.verdict == "no_data":
                 break
+            else:
+                gap.append(w)
             at = w.start
         return onset
     return start
@@ -316,8 +333,8 @@ def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[date
 
 def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], family: Sequence[str], *, end: datetime,
               shortest: timedelta, serving: Sequence[str], resolve_after: int,
-              last_active_end: datetime | None = None, not_back: Sequence[str] = ()
-              ) -> tuple[bool | None, bool, dict[str, Any]]:
+              last_active_end: datetime | None = None, not_back: Sequence[str] = (),
+              onset: datetime | None = None) -> tuple[bool | None, bool, dict[str, Any]]:
     """Whether the verdict alert of `family` of `version` is active at the window ending `end`, whether a clear
     sample may resolve it, and why: (active, resolves, {onset | clearing | resolution}).
 
@@ -332,7 +349,9 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
         return f"{t:%H:%M}" if end - t < timedelta(days=1) else f"{t:%Y-%m-%d %H:%M}"
 
     if current is not None and current.verdict in family:
-        return True, True, {"onset": onset_of(history, family, (current.window_start, current.window_end)).isoformat()}
+        onset = onset or onset_of(history, family, (current.window_start, current.window_end),
+                                  resolve_after=resolve_after)
+        return True, True, {"onset": onset.isoformat()}
     if current is not None and current.verdict == "insufficient_data":
         return None, True, {}
     if current is None or current.verdict == "no_data":
@@ -359,15 +378,18 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
 
 
 def pre_incident(evidence: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """The pre-incident baseline of each signal an episode breached on, from its verdicts' evidence
-    (earliest first: the first baseline of a signal wins): {key: {check, labels, baseline, value}}. Stage
-    latencies (they explain the total) and SLO rules (no baseline) are left out."""
+    """The pre-incident baseline of each service signal an episode breached on (total latency, failure
+    rates, cache), from its verdicts' evidence (earliest first: the first baseline of a signal wins):
+    {key: {check, labels, baseline, value}}. Those are compared with the service's own recent history, a
+    baseline that can learn a regression; quality and input checks compare with the reference or the
+    accepted version, and their verdict says when they are back."""
     out: dict[str, dict[str, Any]] = {}
     for items in evidence:
         for e in items:
             labels = dict(e.get("labels") or {})
-            if (e.get("status") != "breach" or e.get("baseline") is None or e.get("value") is None
-                    or e["check"] == "latency" and not is_service_regression({"labels": labels})):
+            service = e["check"] in SERVING_CHECKS or e["check"] == "latency" and is_service_regression(
+                {"labels": labels})
+            if e.get("status") != "breach" or e.get("baseline") is None or e.get("value") is None or not service:
                 continue
             out.setdefault(dumps([e["check"], labels]), {"check": e["check"], "labels": labels,
                                                          "baseline": e["baseline"], "value": e["value"]})
@@ -434,16 +456,19 @@ def verdict_samples(service: Service, current: Mapping[str, Verdict | None], his
                     settings: Alerts, *, end: datetime, shortest: timedelta, serving: Sequence[str],
                     last_active_end: Mapping[tuple[str, str], datetime] | None = None,
                     held: Mapping[tuple[str, str], list[str]] | None = None,
-                    onset_evidence: Mapping[str, list] | None = None) -> list[Sample]:
+                    onsets: Mapping[str, tuple[datetime, list]] | None = None) -> list[Sample]:
     """ModelRegression (slower / worse / both) and InputDrift (drift) of each model version in `current`
     (its verdict, or None when it had no requests in the last windows but has an active alert).
     `held`: per (alertname, version), the signals not back within their pre-incident baseline;
-    `onset_evidence`: per version, the stored evidence of its episode's first window."""
+    `onsets`: per version whose verdict breaches, its episode's onset and the stored evidence of its
+    first window (else walked here without checking clear windows' signals)."""
     out = []
     for version, v in current.items():
         notes = verdict_annotations(v) if v is not None else {"digest": "no traffic"}
+        onset = None
         if v is not None:
-            notes["pre_incident"] = pre_incident([*(onset_evidence or {}).get(version, []), notes["evidence"]])
+            onset, first = (onsets or {}).get(version, (None, []))
+            notes["pre_incident"] = pre_incident([*first, notes["evidence"]])
         for name, severity in ((REGRESSION, effect_severity(v, settings.verdict) if v is not None
                                 else settings.verdict.regression_severity),
                                (DRIFT, settings.verdict.drift_severity)):
@@ -451,7 +476,7 @@ def verdict_samples(service: Service, current: Mapping[str, Verdict | None], his
                 version, v, history.get(version, []), FAMILY[name], end=end, shortest=shortest,
                 serving=[s for s in serving if s != version], resolve_after=settings.verdict.resolve_after,
                 last_active_end=(last_active_end or {}).get((name, version)),
-                not_back=(held or {}).get((name, version), ()))
+                not_back=(held or {}).get((name, version), ()), onset=onset)
             out.append(Sample({"alertname": name, "service": service.name, "model_version": version,
                                "severity": severity}, active, settings.verdict.for_, timedelta(0),
                               {**notes, **why}, resolves))
@@ -620,7 +645,7 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
             held[(alertname, version)] = not_back(pre, found, settings.verdict)
     samples = verdict_samples(service, by_version, history, settings, end=end, shortest=end - start,
                               serving=serving, last_active_end=last_active_end, held=held,
-                              onset_evidence=_onset_evidence(store, name, by_version, history, active))
+                              onsets=_onsets(store, name, by_version, history, active, settings.verdict))
     samples += [rule_sample(service, rule, r) for rule, r in rule_results]
     has_rows = load(start, end).rows > 0
     samples.append(Sample({"alertname": NO_DATA, "service": name, "severity": settings.no_data.severity,
@@ -662,26 +687,40 @@ def _history(store: Store, service: str, versions: Sequence[str], until: datetim
     return out
 
 
-def _onset_evidence(store: Store, service: str, current: Mapping[str, Verdict | None],
-                    history: Mapping[str, list[Window]], active: Mapping[tuple[str, str], AlertState]
-                    ) -> dict[str, list[list[dict[str, Any]]]]:
-    """Per version whose verdict breaches, the stored evidence of the first window of its run (shortest
-    length first): where its pre-incident baselines come from, however late the first tick saw it."""
-    out: dict[str, list[list[dict[str, Any]]]] = {}
+def _onsets(store: Store, service: str, current: Mapping[str, Verdict | None], history: Mapping[str, list[Window]],
+            active: Mapping[tuple[str, str], AlertState], settings: VerdictAlerts
+            ) -> dict[str, tuple[datetime, list[list[dict[str, Any]]]]]:
+    """Per version whose verdict breaches, its episode's onset (onset_of, each clear window in a gap
+    checked against the earlier breaching window's stored evidence, as live evaluation would have held it)
+    and the stored evidence of that first window (shortest length first): its pre-incident baselines."""
+    out: dict[str, tuple[datetime, list[list[dict[str, Any]]]]] = {}
+
+    def evidence(version: str, window: Window, family: Sequence[str]) -> list[list[dict[str, Any]]]:
+        with store.transaction() as session:
+            rows = session.execute(select(VerdictRow.evidence).where(
+                VerdictRow.service == service, VerdictRow.model_version == version,
+                VerdictRow.window_start == window.start, VerdictRow.verdict.in_(family))
+                .order_by(VerdictRow.window_end)).all()
+        return [list(e or []) for (e,) in rows]
+
     for version, v in current.items():
         name = next((n for n, family in FAMILY.items() if v is not None and v.verdict in family), None)
-        if name is None:
+        if v is None or name is None:
             continue
-        onsets = [onset_of(history.get(version, []), FAMILY[name], (v.window_start, v.window_end))]
+
+        def back(clear: Window, earlier: Window, version: str = version, family=FAMILY[name]) -> bool:
+            with store.transaction() as session:
+                found = [f for f in store.load_findings(session, service, since=clear.start,
+                                                        until=clear.start + timedelta(microseconds=1))
+                         if f["model_version"] == version and f["window_end"] == clear.end]
+            return not not_back(pre_incident(evidence(version, earlier, family)), found, settings)
+
+        onset = onset_of(history.get(version, []), FAMILY[name], (v.window_start, v.window_end),
+                         resolve_after=settings.resolve_after, back=back)
         row = active.get((name, version))
         if row is not None and (row.annotations or {}).get("onset"):
-            onsets.append(datetime.fromisoformat(row.annotations["onset"]))
-        with store.transaction() as session:
-            rows = session.execute(select(VerdictRow.window_end, VerdictRow.evidence).where(
-                VerdictRow.service == service, VerdictRow.model_version == version,
-                VerdictRow.window_start == min(onsets), VerdictRow.verdict.in_(FAMILY[name]))
-                .order_by(VerdictRow.window_end)).all()
-        out[version] = [list(evidence or []) for _, evidence in rows]
+            onset = min(onset, datetime.fromisoformat(row.annotations["onset"]))
+        out[version] = (onset, evidence(version, Window(onset, onset, ""), FAMILY[name]))
     return out
 
 

@@ -31,7 +31,8 @@ def at(k: int) -> datetime:
 
 def findings(shape: str) -> list[dict]:
     """One window's findings: healthy, slower (p95 50 -> 200 ms), small (p95 14.2 -> 14.7 ms), cache (hit
-    rate down, latency flat) or insufficient (nothing decides)."""
+    rate 0.8 -> 0.2, latency flat), learnt (hit rate still 0.2, but so is the baseline that learnt it) or
+    insufficient (nothing decides)."""
     status = "insufficient" if shape == "insufficient" else "ok"
 
     def f(check, labels, st=status, value=1.0, baseline=1.0, n=300):
@@ -41,7 +42,8 @@ def findings(shape: str) -> list[dict]:
     return [f("latency", {"rate": "failure"}, value=0.01, baseline=0.01),
             f("latency", {"stage": "total", "quantile": "p95"}, *p95),
             f("latency", {"stage": "model", "quantile": "p95"}, *p95),
-            f("cache_hit_rate", {}, "breach" if shape == "cache" else status, 0.2 if shape == "cache" else 0.8, 0.8)]
+            f("cache_hit_rate", {}, "breach" if shape == "cache" else status, 0.2 if shape in ("cache", "learnt") else 0.8,
+              0.2 if shape == "learnt" else 0.8)]
 
 
 def write(store, windows: dict[int, str], version: str = "v2", now: datetime | None = None) -> None:
@@ -106,6 +108,18 @@ def test_the_incident_dates_from_the_first_breaching_window(open_store, tmp_path
     assert "2026-11-02 12:30 UTC" in since
 
 
+@pytest.mark.parametrize("shapes,onset", [
+    (["slower", "healthy", "slower"], 0),  # one clear window: a flap live, one episode
+    (["cache", "healthy", "healthy", "slower"], 3),  # resolve_after clear windows back to baseline: two
+    (["cache", "learnt", "learnt", "slower"], 0),  # clear verdicts, but the hit rate never came back
+])
+def test_a_backlog_dates_the_onset_as_live_would_have(open_store, tmp_path, shapes, onset):
+    config = make_config(tmp_path, alerts={"group_wait": "0s"})
+    write(open_store(), dict(enumerate(shapes)))
+    after_tick(config, open_store(), at(len(shapes)))
+    assert incident(open_store())["first_window_start"] == T0 + onset * W
+
+
 def test_a_backfill_moves_the_onset_back(open_store, tmp_path):
     """Windows 2-3 scored only later (a backfill): the open incident's onset moves back to them."""
     config = make_config(tmp_path, alerts={"group_wait": "0s"})
@@ -137,6 +151,21 @@ def test_resolves_after_clear_windows_and_says_fixed(open_store, tmp_path):
     [reply] = payloads(store, "reply")
     assert fixed in reply["text"]
     assert fixed in str(payloads(store, "update")[-1]["blocks"])
+
+
+def test_a_baseline_that_learnt_the_regression_does_not_resolve_it(open_store, tmp_path):
+    """Healthy verdicts against a baseline that learnt the low hit rate hold the incident: the hit rate is
+    not back to its pre-incident 0.8; two windows back there resolve it."""
+    config = make_config(tmp_path, alerts={"group_wait": "0s"})
+    got = []
+    for k, shape in enumerate(["cache", "cache", "learnt", "learnt", "learnt", "healthy", "healthy"]):
+        write(open_store(), {k: shape})
+        after_tick(config, open_store(), at(k + 1))
+        got.append(regression(open_store()).state)
+    assert got == ["firing"] * 6 + ["resolved"]
+    row = regression(open_store())
+    assert row.annotations["resolution"].startswith("fixed: healthy for 2 windows")
+    assert row.labels["severity"] == "warn"  # the cache alone, latency flat
 
 
 @pytest.mark.parametrize("serving,resolution", [
@@ -220,3 +249,50 @@ def test_keep_firing_for_of_verdict_alerts_says_what_replaced_it(tmp_path):
            "alerts": {"verdict": {"keep_firing_for": "30m"}}}
     with pytest.raises((ConfigError, ValueError), match="resolve_after"):
         parse(raw, base_dir=tmp_path)
+
+
+def test_tailwatch_alerts_says_why_an_alert_resolved(tmp_path):
+    import json
+
+    from test_after_tick import write_window
+    from test_alerts_cli import slower_store, tw
+
+    from monitor import config as config_mod
+    from storage.store import Store
+
+    slower_store(tmp_path, {"group_wait": "0s"})
+    config = config_mod.load(tmp_path / "tailwatch.yaml")
+    store = Store(config.storage.url)
+    try:
+        for k in (1, 2):
+            write_window(store, k, "healthy")
+            after_tick(config, store, at(k + 1))
+    finally:
+        store.dispose()
+    listed = tw("alerts", "--all", "--format", "json", "--now", at(3).isoformat(), cwd=tmp_path)
+    assert listed.exit_code == 0, listed.output
+    [alert] = [a for a in json.loads(listed.stdout)["alerts"] if a["labels"]["alertname"] == "ModelRegression"]
+    assert alert["state"] == "resolved"
+    assert alert["summary"].startswith("resolved (fixed: healthy for 2 windows against the pre-incident baseline)")
+
+
+def test_explain_and_the_report_start_at_the_onset(open_store, tmp_path, monkeypatch):
+    """After a backlog, `tailwatch explain` takes "before" from the hours before the onset (12:30), not
+    before the window that fired, and the report shades from the onset."""
+    from monitor.investigate import report
+    from monitor.investigate.explain import BEFORE, explain
+
+    config = make_config(tmp_path, alerts={"group_wait": "0s"})
+    write(open_store(), RUN)
+    after_tick(config, open_store(), at(6))
+    store = open_store()
+    inc = incident(store)
+    onset = T0 + 2 * W
+    got = explain(store, "churn", inc["id"], now=at(6))
+    assert got.window[0] == onset and got.before == (onset - BEFORE, onset)
+    shaded = []
+    monkeypatch.setattr(report, "_mark", lambda ax, marked: shaded.append(marked))
+    page = report.build_report(store, config.services[0], config.limits, incident_id=inc["id"], evidently=False,
+                               now=at(6))
+    assert "windows 2026-11-02 12:30 .. 2026-11-02 13:30 UTC (shaded)" in page
+    assert shaded and {m[0] for m in shaded if m} == {onset}
