@@ -667,7 +667,7 @@ class VerdictAlerts(_Model):
     drift_severity: Literal["page", "warn", "info"] = "warn"
     min_effect_ms: float = Field(10.0, ge=0)
     min_effect_ratio: float = Field(0.1, ge=0)
-    serving_severity: Literal["page", "warn", "info"] = "warn"
+    serving_severity: Literal["page", "warn", "info"] = "info"
 
     @model_validator(mode="before")
     @classmethod

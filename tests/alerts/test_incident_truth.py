@@ -165,7 +165,7 @@ def test_a_baseline_that_learnt_the_regression_does_not_resolve_it(open_store, t
     assert got == ["firing"] * 6 + ["resolved"]
     row = regression(open_store())
     assert row.annotations["resolution"].startswith("fixed: healthy for 2 windows")
-    assert row.labels["severity"] == "warn"  # the cache alone, latency flat
+    assert row.labels["severity"] == "info"  # the cache alone, latency flat
 
 
 @pytest.mark.parametrize("serving,resolution", [
@@ -212,8 +212,8 @@ def verdict(shape: str, rules=()):
     ("small", (), {}, "info"),  # 0.5 ms and 3.5%: under both floors
     ("small", (), {"min_effect_ratio": 0.03}, "page"),  # over the relative floor
     ("small", (), {"min_effect_ms": 0.5}, "page"),  # at the absolute floor
-    ("cache", (), {}, "warn"),  # serving signal, latency flat
-    ("cache", (), {"serving_severity": "info"}, "info"),
+    ("cache", (), {}, "info"),  # serving signal, latency flat
+    ("cache", (), {"serving_severity": "warn"}, "warn"),
     ("small", (Evidence("slo:p95", {"slo": "p95 total latency <= 14.5 ms"}, 14.7, None, 300),), {}, "page"),
     ("slower", (), {"regression_severity": "warn"}, "warn"),  # never louder than configured
 ])
