@@ -181,7 +181,8 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     blocks.append({"type": "context", "elements": [_mrkdwn(_cut(
         f"Investigate: `{explain}` · incident {esc(incident.get('id'))} rev {esc(incident.get('revision'))}",
         MAX_SECTION))]})
-    text = _cut(f"{f'RESOLVED ({resolution}): ' if resolved and resolution else 'RESOLVED: ' if resolved else ''}{verdict}{estimated} — {who}: {line}", MAX_SECTION)
+    state = ("RESOLVED" + (f" ({resolution})" if resolution else "") + ": ") if resolved else ""
+    text = _cut(f"{state}{verdict}{estimated} — {who}: {line}", MAX_SECTION)
     return {"text": text, "blocks": blocks[:MAX_BLOCKS]}
 
 

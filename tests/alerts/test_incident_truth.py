@@ -296,3 +296,17 @@ def test_explain_and_the_report_start_at_the_onset(open_store, tmp_path, monkeyp
                                now=at(6))
     assert "windows 2026-11-02 12:30 .. 2026-11-02 13:30 UTC (shaded)" in page
     assert shaded and {m[0] for m in shaded if m} == {onset}
+
+
+def test_the_resolve_message_escapes_the_version_it_names():
+    from monitor.notify.slack import render
+
+    incident = {"id": 3, "service": "churn", "model_version": "v2 <!channel>", "verdict": "slower",
+                "status": "resolved", "revision": 4, "opened_at": T0 + W, "first_window_start": T0,
+                "resolved_at": T0 + 6 * W, "summary": {"severity": "page", "alerts": [],
+                                                      "resolution": "rolled back: v2 <!channel> has no traffic "
+                                                                    "since 13:00, v1 serves"}}
+    reply = render(incident, "reply", "resolve", None)["text"]
+    assert "1:30:00 after its onset — rolled back: v2 &lt;!channel&gt; has no traffic since 13:00, v1 serves" in reply
+    update = render(incident, "update", "resolve", None)
+    assert "<!channel>" not in str(update) and "rolled back: v2 &lt;!channel&gt;" in update["text"]
