@@ -1,8 +1,9 @@
 """Alerts after Prometheus and Alertmanager: verdicts and SLO rules become alert samples; each alert
-(identity = fingerprint of its sorted labels) goes inactive -> pending -> firing after `for`, stays
-firing `keep_firing_for` after its condition clears, then resolves. Alerts are grouped by `group_by`
-labels; a group's notifications (group_wait, group_interval, repeat_interval, silences, inhibition)
-are written to the outbox in the same transaction as the state that caused them.
+(identity = fingerprint of its sorted labels) goes inactive -> pending -> firing after `for`, then
+resolves: a rule `keep_firing_for` after its condition clears, a verdict alert once `resolve_after`
+windows in a row are clear or its version's traffic is gone (and it says which). Alerts are grouped by
+`group_by` labels; a group's notifications (group_wait, group_interval, repeat_interval, silences,
+inhibition) are written to the outbox in the same transaction as the state that caused them.
 
 Stages are pure functions with the clock passed in (`transition`, `muted_by`, `dispatch`);
 `after_tick` reads and writes the store around them.
@@ -14,17 +15,17 @@ import hashlib
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 
-from monitor.config import Alerts, Config, Service
+from monitor.config import Alerts, Config, Service, VerdictAlerts
 from monitor.notify.slack import render, route
 from monitor.rules import RuleResult, evaluate, partial_loader
-from monitor.verdict import HARMFUL, Evidence, Verdict, decide
+from monitor.verdict import HARMFUL, SERVING_CHECKS, Evidence, Verdict, decide, is_service_regression
 from monitor.windows import floor_to
 from storage.models import AlertCursor, AlertState, Incident, Outbox, VerdictRow, dumps
 from storage.store import Store, TickRecord, utc
@@ -34,6 +35,12 @@ log = logging.getLogger(__name__)
 REGRESSION, DRIFT, NO_DATA, ERROR = "ModelRegression", "InputDrift", "no_data", "error"
 SEVERITY_RANK = {"page": 0, "warn": 1, "info": 2}
 ACTIVE_STATES = ("pending", "firing")
+FAMILY = {REGRESSION: HARMFUL, DRIFT: ("drift",)}  # the verdicts that make each verdict alert active
+# How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
+ONSET_LOOKBACK = timedelta(days=7)
+# The most clear windows the onset walk crosses between two breaching ones (each is checked against the
+# earlier one's baseline): a longer quiet stretch is taken as the end of an earlier episode.
+MAX_GAP = 8
 
 
 def fingerprint(labels: Mapping[str, Any]) -> str:
@@ -41,20 +48,36 @@ def fingerprint(labels: Mapping[str, Any]) -> str:
     return hashlib.sha256(dumps(dict(labels)).encode()).hexdigest()[:16]
 
 
+def identity(labels: Mapping[str, Any]) -> dict[str, Any]:
+    """The labels an alert's fingerprint is made of: all, but a ModelRegression's severity, which follows
+    the size of the effect window by window (one episode stays one alert while it escalates)."""
+    if labels.get("alertname") == REGRESSION:
+        return {k: v for k, v in labels.items() if k != "severity"}
+    return dict(labels)
+
+
+def louder(a: str | None, b: str | None) -> str | None:
+    """The louder of two severities (page > warn > info); either may be None."""
+    return min((s for s in (a, b) if s), key=lambda s: SEVERITY_RANK.get(s, 3), default=None)
+
+
 @dataclass(frozen=True)
 class Sample:
     """What one evaluation says about one alert: active (True), clear (False) or cannot tell (None: too
-    few requests; the alert keeps its state)."""
+    few requests; the alert keeps its state). A clear sample with `resolves` False does not end a firing
+    episode yet (a verdict alert's clear windows are fewer than `resolve_after`); annotations `resolution`
+    and `clearing` say why it resolves or why not yet."""
 
     labels: dict[str, str]
     active: bool | None
     for_: timedelta = timedelta(0)
     keep_firing_for: timedelta = timedelta(0)
     annotations: dict[str, Any] = field(default_factory=dict)
+    resolves: bool = True
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.labels)
+        return fingerprint(identity(self.labels))
 
 
 @dataclass(frozen=True)
@@ -76,12 +99,24 @@ class Alert:
 def transition(prev: Alert | None, sample: Sample, now: datetime) -> tuple[Alert, str]:
     """The alert's next state at `now` given `sample`, and why (Prometheus rule semantics)."""
     alert = prev or Alert(sample.fingerprint, dict(sample.labels))
-    notes = dict(sample.annotations)
+    notes = {k: v for k, v in sample.annotations.items() if k not in ("resolution", "clearing", "held_end")}
+    labels = dict(sample.labels)
     if alert.state in ACTIVE_STATES:
-        notes.setdefault("onset", alert.annotations.get("onset"))  # where the episode began stays put
+        # Where the episode began stays put, unless the walk back over stored windows found an earlier
+        # breaching window of the same run (a backfill scored it since).
+        onsets = [o for o in (alert.annotations.get("onset"), notes.get("onset")) if o]
+        notes["onset"] = min(onsets, key=datetime.fromisoformat) if onsets else notes.get("window_start")
+        if "pre_incident" in notes or "pre_incident" in alert.annotations:
+            # The baseline each signal had when the episode first breached on it stays the reference.
+            notes["pre_incident"] = {**notes.get("pre_incident", {}), **alert.annotations.get("pre_incident", {})}
+        # An episode's severity only rises: a page does not turn into an info while it lasts.
+        kept = alert.labels.get("severity")
+        labels["severity"] = louder(kept, labels.get("severity")) if sample.active else kept or labels.get("severity")
+        if labels["severity"] is None:
+            del labels["severity"]
     else:
         notes.setdefault("onset", notes.get("window_start"))
-    alert = replace(alert, labels=dict(sample.labels), last_eval_at=now)
+    alert = replace(alert, labels=labels, last_eval_at=now)
     if sample.active is None:
         return alert, "too few requests to tell: state held"
     if sample.active:
@@ -97,13 +132,21 @@ def transition(prev: Alert | None, sample: Sample, now: datetime) -> tuple[Alert
     if alert.state == "pending":
         return replace(alert, state="inactive", active_since=None), "cleared before `for` elapsed: back to inactive"
     if alert.state == "firing":
+        if not sample.resolves:
+            # Clear, but not for long enough (or its traffic only just moved): one episode, still firing.
+            clearing = sample.annotations.get("clearing") or "clear, not settled"
+            held = {"held_end": sample.annotations["held_end"]} if sample.annotations.get("held_end") else {}
+            return replace(alert, annotations={**alert.annotations, "clearing": clearing, **held}), \
+                f"{clearing}: still firing"
         # keep_firing_for counts from the first evaluation that found the condition clear (Prometheus).
         since = alert.keep_firing_since or now
         if now - since < sample.keep_firing_for:
             return replace(alert, keep_firing_since=since), \
                 f"cleared {now - since} ago, keep_firing_for {sample.keep_firing_for}: still firing"
-        return replace(alert, state="resolved", resolved_at=now, active_since=None, keep_firing_since=None), \
-            "cleared: resolved"
+        resolution = sample.annotations.get("resolution") or "the condition cleared"
+        notes = {k: v for k, v in alert.annotations.items() if k not in ("clearing", "held_end")}
+        return replace(alert, state="resolved", resolved_at=now, active_since=None, keep_firing_since=None,
+                       annotations={**notes, "resolution": resolution}), f"resolved: {resolution}"
     return alert, "clear"
 
 
@@ -186,9 +229,10 @@ class Decision:
 
 
 def content_hash(alerts: Sequence[Alert]) -> str:
-    """What a notification says, as a hash: which alerts fire and their digests (verdict, cause), not
-    their numbers: values move every window, the story does not."""
-    body = sorted((a.fingerprint, str(a.annotations.get("digest", ""))) for a in alerts)
+    """What a notification says, as a hash: which alerts fire, their digests (verdict, cause), severity
+    and onset, not their numbers: values move every window, the story does not."""
+    body = sorted((a.fingerprint, str(a.annotations.get("digest", "")), a.labels.get("severity", ""),
+                   str(a.annotations.get("onset", ""))) for a in alerts)
     return hashlib.sha256(dumps(body).encode()).hexdigest()[:16]
 
 
@@ -235,19 +279,207 @@ def dispatch(alerts: Sequence[Alert], muted: Mapping[str, str | None], incident:
 
 # -- samples from verdicts, rules, no_data and errors -------------------------------------------------
 
-def verdict_samples(service: Service, verdicts: Sequence[Verdict], settings: Alerts) -> list[Sample]:
-    """ModelRegression (slower / worse / both) and InputDrift (drift) per model version of the window."""
+@dataclass(frozen=True)
+class Window:
+    """One stored verdict of a version, as the lifecycle reads it: its window, verdict and requests."""
+
+    start: datetime
+    end: datetime
+    verdict: str
+    rows: int = 0
+
+
+def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[datetime, datetime], *,
+             resolve_after: int = 1, back: Callable[[Window, Window], bool] | None = None) -> datetime:
+    """The start of the first breaching window of the run that led to the window `fired` (start, end), as
+    live evaluation would have kept one episode open. On the shortest window length whose last window
+    within `fired` is in `family` (a longer one only when no shorter one breached: finer windows date the
+    onset better), walk back over the version's stored verdicts through the verdicts in `family`:
+    - `insufficient_data` is crossed (too few requests to tell: an alert holds its state there too);
+    - clear windows between two breaching ones are crossed unless `resolve_after` of them in a row are
+      back within the earlier breaching window's baseline (`back(clear, earlier)`; without it, every
+      decided clear window is back): live, the episode would not have resolved there;
+    - `no_data`, a window with no stored verdict, or more than MAX_GAP clear windows end the run.
+    `fired`'s start when no stored window breached."""
+    by_length: dict[timedelta, dict[datetime, Window]] = defaultdict(dict)
+    for w in history:
+        by_length[w.end - w.start][w.end] = w
+    start, end = fired
+    for length in sorted(by_length):
+        by_end = by_length[length]
+        at = max((e for e in by_end if e <= end and by_end[e].start >= start), default=None)
+        if at is None or by_end[at].verdict not in family:
+            continue
+        onset, gap = start, []
+        while at in by_end and len(gap) <= MAX_GAP:
+            w = by_end[at]
+            if w.verdict in family:
+                run = longest = 0
+                for g in reversed(gap):  # oldest first, as live evaluation met them
+                    if g.verdict != "insufficient_data":
+                        run = run + 1 if back is None or back(g, w) else 0
+                        longest = max(longest, run)
+                if longest >= resolve_after:
+                    break  # live, the earlier episode resolved in this gap
+                onset, gap = min(onset, w.start), []
+            elif w.verdict == "no_data":
+                break
+            else:
+                gap.append(w)
+            at = w.start
+        return onset
+    return start
+
+
+def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], family: Sequence[str], *, end: datetime,
+              shortest: timedelta, serving: Sequence[str], resolve_after: int,
+              last_active_end: datetime | None = None, not_back: Sequence[str] = (),
+              onset: datetime | None = None) -> tuple[bool | None, bool, dict[str, Any]]:
+    """Whether the verdict alert of `family` of `version` is active at the window ending `end`, whether a clear
+    sample may resolve it, and why: (active, resolves, {onset | clearing | resolution}).
+
+    `current`: the version's verdict on its last windows (None: no row in them); `history`: its stored
+    verdicts, every length; `serving`: the versions with requests in the last window of the shortest
+    length. Clear windows are counted in windows of `shortest` since the version's last breaching window
+    ended (stored, or `last_active_end`), once its verdict is decided and clear: event time, so a backlog,
+    a restart or ticks more frequent than windows count the same. A clear verdict whose episode signals
+    are `not_back` within their pre-incident baseline (a baseline that learnt the regression) is held:
+    it neither counts nor resolves."""
+    def hm(t: datetime) -> str:
+        return f"{t:%H:%M}" if end - t < timedelta(days=1) else f"{t:%Y-%m-%d %H:%M}"
+
+    if current is not None and current.verdict in family:
+        onset = onset or onset_of(history, family, (current.window_start, current.window_end),
+                                  resolve_after=resolve_after)
+        return True, True, {"onset": onset.isoformat()}
+    if current is not None and current.verdict == "insufficient_data":
+        return None, True, {}
+    if current is None or current.verdict == "no_data":
+        seen = [w.end for w in history if w.rows > 0 and w.end <= end]
+        gone = max(seen, default=None)
+        since = f" since {hm(gone)}" if gone else ""
+        if gone is not None and end - gone < resolve_after * shortest:
+            return False, False, {"clearing": f"no traffic{since}, {(end - gone) // shortest} of {resolve_after} windows"}
+        if serving:
+            return False, True, {"resolution": f"rolled back: {version} has no traffic{since}, "
+                                               f"{', '.join(serving)} serve{'s' if len(serving) == 1 else ''}"}
+        return False, True, {"resolution": f"no traffic: no predictions{since}, from this or any other version "
+                                           "(not confirmed fixed)"}
+    if not_back:
+        return False, False, {"clearing": "not back within the pre-incident baseline: " + "; ".join(not_back[:3]),
+                              "held_end": end.isoformat()}
+    breaches = [w.end for w in history if w.verdict in family and w.end <= end]
+    last = max([*breaches, *([last_active_end] if last_active_end else [])], default=None)
+    clear = resolve_after if last is None else max((end - last) // shortest, 0)
+    if clear < resolve_after:
+        return False, False, {"clearing": f"clear for {clear} of {resolve_after} windows"}
+    return False, True, {"resolution": f"fixed: healthy for {clear} window{'s' if clear != 1 else ''} "
+                                       "against the pre-incident baseline"}
+
+
+def pre_incident(evidence: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The pre-incident baseline of each service signal an episode breached on (total latency, failure
+    rates, cache), from its verdicts' evidence (earliest first: the first baseline of a signal wins):
+    {key: {check, labels, baseline, value}}. Those are compared with the service's own recent history, a
+    baseline that can learn a regression; quality and input checks compare with the reference or the
+    accepted version, and their verdict says when they are back."""
+    out: dict[str, dict[str, Any]] = {}
+    for items in evidence:
+        for e in items:
+            labels = dict(e.get("labels") or {})
+            service = e["check"] in SERVING_CHECKS or e["check"] == "latency" and is_service_regression(
+                {"labels": labels})
+            if e.get("status") != "breach" or e.get("baseline") is None or e.get("value") is None or not service:
+                continue
+            out.setdefault(dumps([e["check"], labels]), {"check": e["check"], "labels": labels,
+                                                         "baseline": e["baseline"], "value": e["value"]})
+    return out
+
+
+def not_back(pre: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
+             settings: VerdictAlerts) -> list[str]:
+    """The episode's signals whose value in `found` (a window's findings) is not back within their
+    pre-incident baseline: still shifted the way the breach went by at least `min_effect_ratio` of the
+    baseline (latency quantiles: or `min_effect_ms`, whichever is smaller), with the baseline outside the
+    value's 95% interval. A signal without a decided finding does not hold the episode."""
+    by_key = {dumps([f["check"], dict(f.get("labels") or {})]): f for f in found if f["status"] in ("ok", "breach")}
     out = []
-    for v in verdicts:
-        active_regression = None if v.verdict == "insufficient_data" else v.verdict in HARMFUL
-        active_drift = None if v.verdict == "insufficient_data" else v.verdict == "drift"
-        notes = verdict_annotations(v)
-        out.append(Sample({"alertname": REGRESSION, "service": service.name, "model_version": v.model_version,
-                           "severity": settings.verdict.regression_severity}, active_regression,
-                          settings.verdict.for_, settings.verdict.keep_firing_for, notes))
-        out.append(Sample({"alertname": DRIFT, "service": service.name, "model_version": v.model_version,
-                           "severity": settings.verdict.drift_severity}, active_drift,
-                          settings.verdict.for_, settings.verdict.keep_firing_for, notes))
+    for key, p in pre.items():
+        f = by_key.get(key)
+        if f is None or f.get("value") is None:
+            continue
+        base, value = float(p["baseline"]), float(f["value"])
+        shift = (value - base) * (1 if float(p["value"]) >= base else -1)
+        tolerance = settings.min_effect_ratio * abs(base)
+        if p["check"] == "latency" and "quantile" in p["labels"]:
+            tolerance = min(tolerance, settings.min_effect_ms)
+        low, high = f.get("interval_low"), f.get("interval_high")
+        if shift < tolerance or (low is not None and high is not None and low <= base <= high):
+            continue
+        labels = ",".join(f"{k}={v}" for k, v in sorted(p["labels"].items()))
+        out.append(f"{p['check']}{' ' + labels if labels else ''} {value:.3g} vs {base:.3g}")
+    return out
+
+
+def effect_severity(v: Verdict, settings: VerdictAlerts) -> str:
+    """The severity of a ModelRegression on verdict `v`: each part the verdict rests on says how loud it
+    may be, the loudest part wins, never above `regression_severity`. An SLO rule's breach (the user's
+    own threshold), a failure / timeout / reject rate, a total latency rise of at least `min_effect_ms` or
+    `min_effect_ratio`, and any quality harm (worse, both) may page; a smaller latency rise is `info`; a
+    serving signal (cache hit rate, stale cache) with total latency flat is `serving_severity`."""
+    top = settings.regression_severity
+    if v.verdict != "slower":
+        return top
+    parts = []
+    for e in v.evidence:
+        if e.check.startswith("slo:") or e.check == "latency" and "rate" in e.labels:
+            parts.append(top)
+        elif e.check == "latency" and e.status == "breach" and is_service_regression({"labels": e.labels}):
+            parts.append(top if _matters(e, settings) else "info")
+        elif e.check in SERVING_CHECKS and e.status == "breach":
+            parts.append(settings.serving_severity)
+    if not parts:
+        return top  # nothing the severity can rest on (evidence cut short): the configured one
+    rank = lambda s: SEVERITY_RANK.get(s, 3)  # noqa: E731
+    return max(min(parts, key=rank), top, key=rank)  # the loudest part, no louder than `top`
+
+
+def _matters(e: Evidence, settings: VerdictAlerts) -> bool:
+    """Whether a latency finding rose by at least the absolute or the relative floor (unknown: it does)."""
+    if e.value is None or e.baseline is None:
+        return True
+    rise = float(e.value) - float(e.baseline)
+    return rise >= settings.min_effect_ms or (float(e.baseline) > 0 and rise / float(e.baseline) >= settings.min_effect_ratio)
+
+
+def verdict_samples(service: Service, current: Mapping[str, Verdict | None], history: Mapping[str, list[Window]],
+                    settings: Alerts, *, end: datetime, shortest: timedelta, serving: Sequence[str],
+                    last_active_end: Mapping[tuple[str, str], datetime] | None = None,
+                    held: Mapping[tuple[str, str], list[str]] | None = None,
+                    onsets: Mapping[str, tuple[datetime, list]] | None = None) -> list[Sample]:
+    """ModelRegression (slower / worse / both) and InputDrift (drift) of each model version in `current`
+    (its verdict, or None when it had no requests in the last windows but has an active alert).
+    `held`: per (alertname, version), the signals not back within their pre-incident baseline;
+    `onsets`: per version whose verdict breaches, its episode's onset and the stored evidence of its
+    first window (else walked here without checking clear windows' signals)."""
+    out = []
+    for version, v in current.items():
+        notes = verdict_annotations(v) if v is not None else {"digest": "no traffic"}
+        onset = None
+        if v is not None:
+            onset, first = (onsets or {}).get(version, (None, []))
+            notes["pre_incident"] = pre_incident([*first, notes["evidence"]])
+        for name, severity in ((REGRESSION, effect_severity(v, settings.verdict) if v is not None
+                                else settings.verdict.regression_severity),
+                               (DRIFT, settings.verdict.drift_severity)):
+            active, resolves, why = lifecycle(
+                version, v, history.get(version, []), FAMILY[name], end=end, shortest=shortest,
+                serving=[s for s in serving if s != version], resolve_after=settings.verdict.resolve_after,
+                last_active_end=(last_active_end or {}).get((name, version)),
+                not_back=(held or {}).get((name, version), ()), onset=onset)
+            out.append(Sample({"alertname": name, "service": service.name, "model_version": version,
+                               "severity": severity}, active, settings.verdict.for_, timedelta(0),
+                              {**notes, **why}, resolves))
     return out
 
 
@@ -351,6 +583,14 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
         ticks = store.last_ticks(session, name, limit=settings.source_error_ticks + 1)
         # The daemon's job errors and missed runs (process-wide) during the evaluated window.
         job_events = store.load_job_events(session, start, now + timedelta(microseconds=1))
+        # Versions whose verdict alert is pending or firing: each gets a sample, with traffic or without.
+        active = {(r.alertname, (r.labels or {}).get("model_version")): r for r in session.scalars(
+            select(AlertState).where(AlertState.service == name, AlertState.alertname.in_((REGRESSION, DRIFT)),
+                                     AlertState.state.in_(ACTIVE_STATES)))}
+        # The newest window each active alert breached on or was held in (not back within its baseline).
+        last_active_end = {key: max(datetime.fromisoformat(r.annotations[k]) for k in ("window_end", "held_end")
+                                    if r.annotations.get(k))
+                           for key, r in active.items() if r.annotations and r.annotations.get("window_end")}
     eval_versions = sorted({f["model_version"] for f in by_length[0]})
     # A version with no rows in the shortest window while another has them: its traffic moved on, and its
     # alerts clear. With no rows at all (a quiet hour at low traffic), the longer windows speak for it.
@@ -392,7 +632,20 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
                               service=name, model_version=v, now=now, versions=versions,
                               accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [])
                for v in sampled]
-    samples = verdict_samples(service, current, settings)
+    by_version: dict[str, Verdict | None] = {v.model_version: v for v in current}
+    by_version |= {version: None for _, version in active if version and version not in by_version}
+    # Who serves the last window of the shortest length: the version(s) a rolled-back one gave way to.
+    serving = sorted(v for v in eval_versions if (v, start, end) in verdicts and verdicts[(v, start, end)].rows > 0)
+    history = _history(store, name, sorted(by_version), end)
+    held = {}
+    for (alertname, version), row in active.items():
+        pre = (row.annotations or {}).get("pre_incident")
+        if pre and by_version.get(version) is not None:
+            found = fit_windows([[f for f in found if f["model_version"] == version] for found in by_length])
+            held[(alertname, version)] = not_back(pre, found, settings.verdict)
+    samples = verdict_samples(service, by_version, history, settings, end=end, shortest=end - start,
+                              serving=serving, last_active_end=last_active_end, held=held,
+                              onsets=_onsets(store, name, by_version, history, active, settings.verdict))
     samples += [rule_sample(service, rule, r) for rule, r in rule_results]
     has_rows = load(start, end).rows > 0
     samples.append(Sample({"alertname": NO_DATA, "service": name, "severity": settings.no_data.severity,
@@ -415,6 +668,60 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
                                          "errors": errors[:10], "window_start": start.isoformat(),
                                          "window_end": end.isoformat(), "digest": dumps(errors[:10])}))
     return samples
+
+
+def _history(store: Store, service: str, versions: Sequence[str], until: datetime) -> dict[str, list[Window]]:
+    """The stored verdicts of `versions` (every window length) that ended in the ONSET_LOOKBACK before
+    `until`, per version, oldest first: the windows the lifecycle walks."""
+    if not versions:
+        return {}
+    out: dict[str, list[Window]] = defaultdict(list)
+    with store.transaction() as session:
+        found = session.execute(select(VerdictRow.model_version, VerdictRow.window_start, VerdictRow.window_end,
+                                      VerdictRow.verdict, VerdictRow.rows).where(
+            VerdictRow.service == service, VerdictRow.model_version.in_(list(versions)),
+            VerdictRow.window_end > until - ONSET_LOOKBACK, VerdictRow.window_end <= until)
+            .order_by(VerdictRow.window_end, VerdictRow.window_start))
+        for version, start, end, verdict, rows in found:
+            out[version].append(Window(utc(start), utc(end), verdict, int(rows or 0)))
+    return out
+
+
+def _onsets(store: Store, service: str, current: Mapping[str, Verdict | None], history: Mapping[str, list[Window]],
+            active: Mapping[tuple[str, str], AlertState], settings: VerdictAlerts
+            ) -> dict[str, tuple[datetime, list[list[dict[str, Any]]]]]:
+    """Per version whose verdict breaches, its episode's onset (onset_of, each clear window in a gap
+    checked against the earlier breaching window's stored evidence, as live evaluation would have held it)
+    and the stored evidence of that first window (shortest length first): its pre-incident baselines."""
+    out: dict[str, tuple[datetime, list[list[dict[str, Any]]]]] = {}
+
+    def evidence(version: str, window: Window, family: Sequence[str]) -> list[list[dict[str, Any]]]:
+        with store.transaction() as session:
+            rows = session.execute(select(VerdictRow.evidence).where(
+                VerdictRow.service == service, VerdictRow.model_version == version,
+                VerdictRow.window_start == window.start, VerdictRow.verdict.in_(family))
+                .order_by(VerdictRow.window_end)).all()
+        return [list(e or []) for (e,) in rows]
+
+    for version, v in current.items():
+        name = next((n for n, family in FAMILY.items() if v is not None and v.verdict in family), None)
+        if v is None or name is None:
+            continue
+
+        def back(clear: Window, earlier: Window, version: str = version, family=FAMILY[name]) -> bool:
+            with store.transaction() as session:
+                found = [f for f in store.load_findings(session, service, since=clear.start,
+                                                        until=clear.start + timedelta(microseconds=1))
+                         if f["model_version"] == version and f["window_end"] == clear.end]
+            return not not_back(pre_incident(evidence(version, earlier, family)), found, settings)
+
+        onset = onset_of(history.get(version, []), FAMILY[name], (v.window_start, v.window_end),
+                         resolve_after=settings.resolve_after, back=back)
+        row = active.get((name, version))
+        if row is not None and (row.annotations or {}).get("onset"):
+            onset = min(onset, datetime.fromisoformat(row.annotations["onset"]))
+        out[version] = (onset, evidence(version, Window(onset, onset, ""), FAMILY[name]))
+    return out
 
 
 def _unreadable(ticks: Sequence[TickRecord], in_a_row: int) -> str | None:
@@ -469,11 +776,8 @@ def _apply(session, store: Store, samples: list[Sample], services: set[str], set
     for fp, alert in list(alerts.items()):
         # An alert no evaluation produced any more (a version without traffic, a removed rule) clears.
         if fp not in seen and alert.labels.get("service") in services and alert.state in ACTIVE_STATES:
-            keep = timedelta(0)
-            if alert.labels.get("alertname") in (REGRESSION, DRIFT):
-                keep = settings.verdict.keep_firing_for
-            new, why = transition(alert, Sample(alert.labels, False, keep_firing_for=keep), now)
-            new = replace(new, annotations=alert.annotations)
+            new, why = transition(alert, Sample(alert.labels, False, annotations={
+                "resolution": "no longer evaluated (its rule was removed, or its labels changed)"}), now)
             report.transitions.append(f"{_describe(alert.labels)}: {alert.state} -> {new.state} (not evaluated: {why})")
             alerts[fp] = new
     _save_alerts(session, alerts.values(), settings, now)
@@ -498,6 +802,8 @@ def _apply(session, store: Store, samples: list[Sample], services: set[str], set
         decision = dispatch(members, muted, view, settings, now)
         labels = group_labels(members[0].labels, settings.group_by) if members else dict(incident.group_labels or {})
         report.decisions.append({"group": _describe(labels), "action": decision.action, "reason": decision.reason})
+        if incident is not None:
+            _span(incident, members)  # a backfill may have moved the onset while nothing is sent
         if decision.action == "none":
             continue
         report.enqueued += _notify(session, store, decision, group_fp, labels, members, muted, incident, settings, now)
@@ -537,8 +843,6 @@ def _notify(session, store: Store, decision: Decision, group_fp: str, labels: di
     """Open / update / resolve the group's incident and write its outbox items; returns how many."""
     head = _headline(members) if members else None
     verdict = (head.annotations.get("verdict") or head.labels.get("alertname")) if head else "resolved"
-    onsets = [a.annotations.get("onset") for a in members if a.annotations.get("onset")]
-    ends = [a.annotations.get("window_end") for a in members if a.annotations.get("window_end")]
     if incident is None:
         incident = Incident(service=labels.get("service") or (head.labels.get("service", "") if head else ""),
                             model_version=labels.get("model_version"), verdict=verdict, status="open",
@@ -548,11 +852,7 @@ def _notify(session, store: Store, decision: Decision, group_fp: str, labels: di
     incident.revision += 1
     if decision.action != "resolve":
         incident.verdict = verdict
-    if onsets:
-        first = min(datetime.fromisoformat(o) for o in onsets)
-        incident.first_window_start = min(incident.first_window_start or first, first)
-    if ends:
-        incident.last_window_end = max(datetime.fromisoformat(e) for e in ends)
+    _span(incident, members)
     if decision.action == "resolve":
         incident.status, incident.resolved_at = "resolved", now
     incident.notified_hash, incident.last_notified_at, incident.updated_at = decision.content, now, now
@@ -563,10 +863,14 @@ def _notify(session, store: Store, decision: Decision, group_fp: str, labels: di
         incident.channel = route(settings.slack, {**labels, "severity": severity})
     session.flush()
     summary = {"verdict": incident.verdict, "severity": severity, "labels": labels,
+               "since": incident.first_window_start.isoformat() if incident.first_window_start else None,
                "alerts": [{"labels": a.labels, "state": a.state, "muted": muted.get(a.fingerprint),
                            "fired_at": a.fired_at.isoformat() if a.fired_at else None,
                            "annotations": {k: v for k, v in a.annotations.items() if k != "digest"}}
                           for a in sorted(members, key=lambda a: a.fingerprint)]}
+    if decision.action == "resolve":
+        # Why it resolved, from the alert the message leads with: fixed, rolled back, or no traffic.
+        summary["resolution"] = (head.annotations.get("resolution") if head else None) or "every alert resolved"
     incident.summary = summary
     if incident.model_version:
         # The verdicts of the incident's windows point at it, for `tailwatch explain`.
@@ -591,6 +895,19 @@ def _notify(session, store: Store, decision: Decision, group_fp: str, labels: di
         written += 1
     session.flush()
     return written
+
+
+def _span(incident: Incident, members: Sequence[Alert]) -> None:
+    """The incident's first window start (the earliest onset of its alerts: it only moves back) and last
+    window end (the newest window its alerts weighed)."""
+    onsets = [datetime.fromisoformat(a.annotations["onset"]) for a in members if a.annotations.get("onset")]
+    ends = [datetime.fromisoformat(a.annotations["window_end"]) for a in members if a.annotations.get("window_end")]
+    if onsets:
+        first = min(onsets)
+        incident.first_window_start = min(utc(incident.first_window_start), first) if incident.first_window_start \
+            else first
+    if ends:
+        incident.last_window_end = max(ends)
 
 
 def incident_view(incident: Incident) -> dict[str, Any]:

@@ -466,7 +466,10 @@ def alerts_list(
     shown = [a for a in alerts if show_all or a.state in ("pending", "firing")]
     groups = {r.fingerprint: r.group_fingerprint for r in rows}
     records = [{"fingerprint": a.fingerprint, "state": a.state, "labels": a.labels,
-                "since": (a.fired_at or a.active_since or a.resolved_at), "summary": a.annotations.get("summary", ""),
+                "since": (a.fired_at or a.active_since or a.resolved_at),
+                # A resolved alert says why: fixed, rolled back, or no traffic.
+                "summary": (f"resolved ({a.annotations['resolution']}): " if a.state == "resolved"
+                            and a.annotations.get("resolution") else "") + a.annotations.get("summary", ""),
                 "muted": muted_by(a, firing, silences, cfg.alerts, clock),
                 "delivery": _delivery(cfg, why, outbox.get(by_group.get(groups.get(a.fingerprint)), []))}
                for a in shown]

@@ -659,12 +659,29 @@ class Slack(_Model):
 class VerdictAlerts(_Model):
     """How verdicts become alerts: ModelRegression (slower / worse / both) and InputDrift (drift). `for`
     is 0 by default: a verdict already weighs a whole window with each check's own significance test, and
-    a new version is compared with its predecessor only until it has history of its own."""
+    a new version is compared with its predecessor only until it has history of its own.
+
+    A firing verdict alert resolves once `resolve_after` windows of the service's shortest length in a row
+    are clear (healthy against the pre-incident baseline, or without the version's traffic). A slower
+    verdict whose total latency rose by less than both `min_effect_ms` and `min_effect_ratio` is `info`;
+    one that rests on serving signals only (cache hit rate, stale cache) with total latency flat is
+    `serving_severity`; an SLO rule breach keeps `regression_severity`."""
 
     for_: Duration = Field(timedelta(0), alias="for")
-    keep_firing_for: Duration = timedelta(minutes=30)
+    resolve_after: int = Field(2, ge=1)
     regression_severity: Literal["page", "warn", "info"] = "page"
     drift_severity: Literal["page", "warn", "info"] = "warn"
+    min_effect_ms: float = Field(10.0, ge=0)
+    min_effect_ratio: float = Field(0.1, ge=0)
+    serving_severity: Literal["page", "warn", "info"] = "info"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_keep_firing_for(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "keep_firing_for" in raw:
+            raise ValueError("alerts.verdict.keep_firing_for is replaced by resolve_after: the number of clear "
+                             "windows in a row (of the service's shortest window) before a verdict alert resolves")
+        return raw
 
 
 class NoDataAlerts(_Model):

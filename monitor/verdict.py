@@ -109,7 +109,7 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     breach = [f for f in whole if f["status"] == "breach"]
     seg_breach = [f for f in own if f["status"] == "breach" and "segment" in (f.get("labels") or {})]
 
-    service_hits = [f for f in breach if f["check"] in SERVICE_CHECKS and _is_service_regression(f)
+    service_hits = [f for f in breach if f["check"] in SERVICE_CHECKS and is_service_regression(f)
                     or f["check"] in SERVING_CHECKS and (f.get("effect") is None or f["effect"] <= 0
                                                          or f["check"] != "cache_hit_rate")]
     slower = bool(service_hits) or bool(rule_breaches)
@@ -178,7 +178,7 @@ def _estimated(f: Mapping[str, Any]) -> bool:
     return isinstance(f.get("detail"), dict) and bool(f["detail"].get("estimated"))
 
 
-def _is_service_regression(f: Mapping[str, Any]) -> bool:
+def is_service_regression(f: Mapping[str, Any]) -> bool:
     """A total latency quantile or a failure / timeout / reject rate (not one stage alone, not a length
     bucket: those explain a regression, they are not one by themselves)."""
     labels = f.get("labels") or {}
@@ -287,7 +287,7 @@ def _evidence(verdict: str, breach: list[Mapping[str, Any]], seg_breach: list[Ma
     def rank(f: Mapping[str, Any]) -> tuple:
         labels = f.get("labels") or {}
         family = order.index(f["check"]) if f["check"] in order else len(order)
-        headline = 0 if _is_service_regression(f) else 1
+        headline = 0 if is_service_regression(f) else 1
         return (family, headline, -shares.get(labels.get("stage"), 0.0), -(f.get("n") or 0))
 
     out = []

@@ -116,14 +116,17 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     explain = (settings.explain_command if settings is not None else "tailwatch explain {incident} --service {service}")
     explain = esc(explain.format(incident=incident.get("id"), service=service, model_version=version or ""))
     who = esc(service) + (f" model {esc(version)}" if version else "")
+    since = incident.get("first_window_start") or incident.get("opened_at")
+    # Why it resolved: fixed (healthy against the pre-incident baseline), rolled back, or no traffic.
+    resolution = esc(summary.get("resolution") or "")
     if kind == "reply":
         if action == "resolve":
-            opened = incident.get("opened_at")
-            took = incident["resolved_at"] - opened if opened and incident.get("resolved_at") else None
+            took = incident["resolved_at"] - since if since and incident.get("resolved_at") else None
             text = f":white_check_mark: Resolved at {_when(incident.get('resolved_at'))}" + (
-                f" after {str(took).split('.')[0]}" if took else "") + f". Investigate: `{explain}`"
+                f", {str(took).split('.')[0]} after its onset" if took else "") + (
+                f" — {resolution}" if resolution else "") + f". Investigate: `{explain}`"
         else:
-            text = (f":repeat: Still firing since {_when(incident.get('opened_at'))}: "
+            text = (f":repeat: Still firing since {_when(since)}: "
                     f"{esc(notes['summary']) if 'summary' in notes else verdict}")
         return {"text": _cut(text, MAX_SECTION)}
 
@@ -136,13 +139,13 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     affected = sorted({_labels({k: v for k, v in (e.get("labels") or {}).items() if k in ("segment", "group", "class")})
                        for e in notes.get("evidence", []) if set(e.get("labels") or {}) & {"segment", "group", "class"}})
     fields = [f"*Severity*\n{esc(summary.get('severity', '-'))}",
-              f"*Since*\n{_when(incident.get('first_window_start') or incident.get('opened_at'))}",
+              f"*Since*\n{_when(since)}",
               f"*Affects*\n{who}" + (f" — {', '.join(affected[:5])}" if affected else " — all traffic"),
               f"*Window*\n{_when(notes.get('window_start'))} → {_when(notes.get('window_end'))[11:]}"]
     if notes.get("rollback_to"):
         fields.append(f"*Rollback to*\n`{esc(notes['rollback_to'])}` (accepted)")
     if resolved:
-        fields.append(f"*Resolved*\n{_when(incident.get('resolved_at'))}")
+        fields.append(f"*Resolved*\n{_when(incident.get('resolved_at'))}" + (f" — {resolution}" if resolution else ""))
     blocks.append({"type": "section", "fields": [_mrkdwn(_cut(f, MAX_FIELD)) for f in fields[:10]]})
     evidence = notes.get("evidence") or []
     if evidence:
@@ -178,7 +181,8 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     blocks.append({"type": "context", "elements": [_mrkdwn(_cut(
         f"Investigate: `{explain}` · incident {esc(incident.get('id'))} rev {esc(incident.get('revision'))}",
         MAX_SECTION))]})
-    text = _cut(f"{'RESOLVED: ' if resolved else ''}{verdict}{estimated} — {who}: {line}", MAX_SECTION)
+    state = ("RESOLVED" + (f" ({resolution})" if resolution else "") + ": ") if resolved else ""
+    text = _cut(f"{state}{verdict}{estimated} — {who}: {line}", MAX_SECTION)
     return {"text": text, "blocks": blocks[:MAX_BLOCKS]}
 
 

@@ -48,7 +48,7 @@ def test_transition_table(name, for_min, keep_min, steps):
     alert = None
     fired = []
     for minute, active, expected in steps:
-        sample = Sample(LABELS, active, for_min * M, keep_min * M, {"window_start": f"w{minute}"})
+        sample = Sample(LABELS, active, for_min * M, keep_min * M, {"window_start": (T0 + minute * M).isoformat()})
         alert, why = transition(alert, sample, T0 + minute * M)
         assert alert.state == expected, f"{name} at +{minute}m: {alert.state} ({why})"
         if alert.state == "firing" and alert.fired_at not in fired:
@@ -57,9 +57,10 @@ def test_transition_table(name, for_min, keep_min, steps):
 
 
 def test_onset_is_kept_through_the_episode():
-    a, _ = transition(None, Sample(LABELS, True, 10 * M, annotations={"window_start": "first"}), T0)
-    a, _ = transition(a, Sample(LABELS, True, 10 * M, annotations={"window_start": "second"}), T0 + 10 * M)
-    assert a.state == "firing" and a.annotations["onset"] == "first" and a.annotations["window_start"] == "second"
+    first, second = T0.isoformat(), (T0 + 15 * M).isoformat()
+    a, _ = transition(None, Sample(LABELS, True, 10 * M, annotations={"window_start": first}), T0)
+    a, _ = transition(a, Sample(LABELS, True, 10 * M, annotations={"window_start": second}), T0 + 10 * M)
+    assert a.state == "firing" and a.annotations["onset"] == first and a.annotations["window_start"] == second
 
 
 def test_fingerprint_is_the_sorted_label_set():

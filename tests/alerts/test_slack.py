@@ -23,7 +23,7 @@ from storage.store import PartialRow
 
 def one_incident(open_store, tmp_path, fake, **slack):
     """A firing slower incident with its post queued; returns (config, store)."""
-    alerts = {"verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s"}
+    alerts = {"verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s"}
     if slack:
         alerts["slack"] = {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts", "base_url": fake.base_url,
                            "timeout": "1s", **slack}
@@ -162,7 +162,7 @@ def test_token_is_never_logged_even_on_auth_errors(open_store, tmp_path, fake_sl
 
 def test_webhook_fallback_posts_every_notification(open_store, tmp_path, fake_slack, monkeypatch):
     monkeypatch.setenv("TW_HOOK", fake_slack.base_url + "hook")
-    config = make_config(tmp_path, alerts={"verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s",
+    config = make_config(tmp_path, alerts={"verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s",
                                            "slack": {"webhook_url": {"env": "TW_HOOK"}}})
     write_window(open_store(), 0, "slower")
     after_tick(config, open_store(), at(1))
@@ -246,7 +246,7 @@ def test_hostile_values_reach_slack_escaped(open_store, tmp_path, fake_slack, re
     from storage.models import Incident
 
     config = make_config(tmp_path, slack_url=fake_slack.base_url, accepted=["v1"], alerts={
-        "verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s",
+        "verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s",
         "slack": {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts", "base_url": fake_slack.base_url,
                   "timeout": "1s", "explain_command": "tailwatch explain {incident} --service {service} <!here>"}})
     hostile_window(open_store(), 0, breach=True)

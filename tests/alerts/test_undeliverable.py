@@ -20,7 +20,7 @@ from storage.models import Outbox
 
 
 def slack_with(fake, secret: dict) -> dict:
-    return {"verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s",
+    return {"verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s",
             "slack": {"token": secret, "channel": "#alerts", "base_url": fake.base_url, "timeout": "1s"}}
 
 

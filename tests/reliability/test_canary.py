@@ -103,7 +103,7 @@ def raw_config(root: Path, url: str, slack_url: str, port: int, lock_key: int) -
                                  "segments": ["Contract"]},
                       "buckets": {"size": "5m", "windows": ["15m"]}, "join": {"lateness": "5m"},
                       "reference": {"path": str(root / "reference.parquet")}, "accepted_versions": ["v1"]}],
-        "alerts": {"verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s",
+        "alerts": {"verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s",
                    "slack": {"token": {"file": str(root / "secrets" / "slack-token")}, "channel": "#alerts",
                              "base_url": slack_url, "timeout": "2s"}},
     }
@@ -381,7 +381,7 @@ def test_slack_messages_are_aggregates_only(tmp_path, slack, record_property):
     token = tmp_path / "token"
     token.write_text(SLACK_CANARY)
     token.chmod(0o600)
-    config = make_config(tmp_path, alerts={"verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s",
+    config = make_config(tmp_path, alerts={"verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s",
                                            "slack": {"token": {"file": str(token)}, "channel": "#alerts",
                                                      "base_url": slack.base_url, "timeout": "2s"}},
                          accepted=["v1"])

@@ -84,7 +84,7 @@ def _outbox_config(work: Path, slack_url: str):
     """Two model versions, each its own incident; Slack with a bot token read from a file."""
     token = work / "slack-token"
     slack = {"token": {"file": str(token)}, "channel": "#alerts", "base_url": slack_url, "timeout": "2s"}
-    return make_config(work, alerts={"verdict": {"for": "0s", "keep_firing_for": "0s"}, "group_wait": "0s",
+    return make_config(work, alerts={"verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s",
                                      "slack": slack}, accepted=["v1"])
 
 
