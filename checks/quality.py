@@ -305,16 +305,20 @@ def estimate(y_pred: np.ndarray, proba: np.ndarray, classes: Sequence[str], samp
 
 
 def estimate_findings(estimates: list[Measure], realized: Mapping[tuple[str, str], float | None], group: str,
-                      min_n: int, detail: Mapping[str, Any]) -> list[Finding]:
-    """`quality_estimate` findings (detail: estimated=True), each with the realized value once the
-    window's labels have matured, and the estimate's error (estimate - realized)."""
+                      min_n: int, detail: Mapping[str, Any], baselines: Mapping[tuple, float] | None = None,
+                      ) -> list[Finding]:
+    """`quality_estimate` findings (detail: estimated=True), each with the reference's value as baseline
+    (`baselines`: (metric, class, group) -> value), the realized value once the window's labels have
+    matured, and the estimate's error (estimate - realized)."""
     out = []
     for m in estimates:
         real = realized.get((m.metric, m.cls))
         error = None if real is None or m.value is None else m.value - real
         status = "ok" if m.value is not None and m.n >= min_n else "insufficient"
+        base = (baselines or {}).get((m.metric, m.cls, group))
+        effect = None if m.value is None or base is None else m.value - base
         out.append(Finding("quality_estimate", {"metric": m.metric, "class": m.cls, "group": group}, m.value,
-                           status, m.n, interval=m.interval,
+                           status, m.n, base, effect, interval=m.interval,
                            detail={**m.detail, **detail, "estimated": True, "realized": real, "estimate_error": error}))
     return out
 

@@ -255,7 +255,7 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
                 est = estimate(pred[sel], proba[sel], classes, q.bootstrap_samples,
                                seed_of(q.seed, "estimate", start.isoformat(), end.isoformat(), version, group))
                 findings += estimate_findings(est, realized_all.get(group, {}), group, q.min_n,
-                                              {**statement, "matured": matured})
+                                              {**statement, "matured": matured}, ref.values)
         out.append(WindowQuality(start, end, version, n_elig, n_lab, matured, findings))
 
     # The window's own decisions (versions x rules x groups) as one family; score_service widens it to the

@@ -117,8 +117,11 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     contract_inputs = [f for f in breach if f["check"] in CONTRACT_INPUT_CHECKS]
     estimates = [f for f in breach if f["check"] == "quality_estimate" or _estimated(f)
                  and f["check"] in CONFIRMED_QUALITY]
-    estimate_ok = any(f["check"] == "quality_estimate" and f["status"] == "ok" for f in whole)
-    pred_drift = [f for f in breach if f["check"] == "prediction_drift"]
+    compared = [f for f in whole if _compared_estimate(f)]
+    estimate_ok = bool(compared) and all(_estimate_held(f) for f in compared)
+    # A segment's predictions moving against its own held history count too: a preprocessing bug that hits
+    # one segment (short tenures) moves the mix too little to breach on all traffic.
+    pred_drift = [f for f in breach + seg_breach if f["check"] == "prediction_drift"]
     # Prediction drift is estimated harm unless the inputs changed at the contract level (the new inputs
     # explain it) or a pre-label estimate says quality held.
     if pred_drift and not contract_inputs and not estimate_ok:
@@ -172,6 +175,18 @@ def _rows(findings: Sequence[Mapping[str, Any]]) -> int:
     rates = [f["n"] for f in findings if f["check"] == "latency" and "rate" in (f.get("labels") or {})
              and "segment" not in f["labels"]]
     return max(rates) if rates else max((int(f.get("n") or 0) for f in findings), default=0)
+
+
+def _compared_estimate(f: Mapping[str, Any]) -> bool:
+    """A decided pre-label estimate with the reference's value to compare with (one without says nothing
+    either way)."""
+    return f["check"] == "quality_estimate" and f["status"] == "ok" and f.get("baseline") is not None
+
+
+def _estimate_held(f: Mapping[str, Any]) -> bool:
+    """A compared estimate that says quality held: the reference's value within reach of its interval."""
+    high = f.get("interval_high") if f.get("interval_high") is not None else f.get("value")
+    return high is not None and float(high) >= float(f["baseline"])
 
 
 def _estimated(f: Mapping[str, Any]) -> bool:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from monitor.simulate import SCENARIOS
+
 _spec = importlib.util.spec_from_file_location(
     "bench_incidents", Path(__file__).resolve().parents[2] / "bench" / "incidents.py")
 bench = importlib.util.module_from_spec(_spec)
@@ -138,3 +140,23 @@ def test_all_targets_met_is_no_miss():
     late = bench.score(tr, [incident(1, "both", opened=1.25, since=1.0, resolved=3.5)], rows)
     assert bench.misses(tr, late) == ["resolved > 3 windows after the fault end"]
     assert bench.misses(tr, bench.score(tr, [], rows)) == ["no both incident"]
+
+
+@pytest.mark.slow  # ~6 s a replay: the short version of `bench/incidents.py --short`
+@pytest.mark.parametrize("mode", ["live", "backlog"])
+@pytest.mark.parametrize("scenario", [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=(
+        "known miss: the estimated harm of a one-segment preprocessing bug is too weak at 2 req/s to breach "
+        "in every 15-minute window, and its episode resolves on two clear ones")))
+    if name == "worse-preprocessing" else name for name in SCENARIOS])
+def test_short_replay_meets_every_target(scenario, mode, monkeypatch):
+    """Every simulator scenario replayed live and as a backlog, scored against its ground truth: onset
+    within a window, no premature resolve, resolved within 3 windows of the fault's end, the right verdict
+    on >= 95% of the fault's windows and none of the opposite kind, no false page."""
+    from alerts_support import TOKEN
+
+    monkeypatch.setenv("TW_SLACK_TOKEN", TOKEN)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    truth, s, incidents, _ = bench.replay(scenario, bench.Plan.of(scenario, short=True), mode)
+    assert bench.misses(truth, s) == [], (bench.row(scenario, mode, truth, s),
+                                          [bench.describe(i) for i in incidents])

@@ -159,3 +159,27 @@ def test_row_round_trip_fields():
     row = run(healthy_base()).to_row()
     assert set(row) == {"service", "model_version", "window_start", "window_end", "verdict", "estimated", "rows",
                         "evidence", "attribution", "what_changed", "next_steps", "rollback_to", "summary"}
+
+
+def test_an_estimate_explains_prediction_drift_only_when_it_says_quality_held():
+    drifted = replace(healthy_base(), "prediction_drift", {"field": "prediction"}, status="breach", value=0.3,
+                      baseline=0)
+    labels = {"metric": "accuracy", "class": "all", "group": "all"}
+    held = drifted + [f("quality_estimate", labels, value=0.95, baseline=0.96, low=0.93, high=0.97,
+                        detail={"estimated": True})]
+    assert run(held).verdict == "drift"  # the estimate reaches the reference: the new inputs explain it
+    dropped = drifted + [f("quality_estimate", labels, value=0.80, baseline=0.96, low=0.77, high=0.83,
+                           detail={"estimated": True})]
+    assert (run(dropped).verdict, run(dropped).estimated) == ("worse", True)
+    # An estimate with no reference value to compare with says nothing either way.
+    bare = drifted + [f("quality_estimate", labels, value=0.95, baseline=None, low=0.93, high=0.97,
+                        detail={"estimated": True})]
+    assert (run(bare).verdict, run(bare).estimated) == ("worse", True)
+
+
+def test_one_segments_prediction_drift_is_estimated_harm():
+    """A preprocessing bug that hits one segment moves all traffic's predictions too little to breach."""
+    x = healthy_base() + [f("prediction_drift", {"field": "prediction", "segment": "tenure<12"}, status="breach",
+                            value=0.4, baseline=0)]
+    v = run(x)
+    assert v.verdict == "worse" and v.estimated
