@@ -288,12 +288,12 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
     middle = start + (middle - start) // step * step
     runs = [(start, end, None)] if mode == "live" else [(start, middle, middle - start), (middle, end, None)]
     for command in (("db", "upgrade"), ("reference", "build")):
-        _ok(realdata.tailwatch(out, *command), command)
+        realdata.checked(out, *command)
     for since, until, jump in runs:
         command = ("backfill", "--since", since.isoformat(), "--until", until.isoformat())
         if jump is not None:
             command += ("--step", f"{int(jump.total_seconds())}s")
-        _ok(realdata.tailwatch(out, *command), command)
+        realdata.checked(out, *command)
     service = yaml.safe_load((out / "tailwatch.yaml").read_text())["services"][0]["name"]
     store = Store(f"sqlite:///{out / 'tailwatch.db'}")
     try:
@@ -303,12 +303,6 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
     finally:
         store.dispose()
     return truth, incidents, verdicts, time.perf_counter() - started
-
-
-def _ok(done, command) -> None:
-    if done.returncode != 0:
-        raise RuntimeError(f"`tailwatch {' '.join(command)}` exited {done.returncode}: "
-                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
 
 
 def realdata_scores(case, truth: dict, incidents: list[dict], verdicts: list[dict]) -> list[tuple[str, Truth, Score]]:

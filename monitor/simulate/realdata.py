@@ -383,12 +383,18 @@ def run(out: Path) -> dict[str, float]:
     for name, args in (("db upgrade", ("db", "upgrade")), ("reference build", ("reference", "build")),
                        ("backfill", ("backfill", "--since", truth["start"], "--until", truth["end"]))):
         started = time.perf_counter()
-        done = tailwatch(out, *args)
+        checked(out, *args)
         seconds[name] = round(time.perf_counter() - started, 1)
-        if done.returncode != 0:
-            raise RuntimeError(f"`tailwatch {' '.join(args)}` exited {done.returncode}: "
-                               f"{(done.stderr or done.stdout).strip()[-2000:]}")
     return seconds
+
+
+def checked(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """`tailwatch(out, *args)`; RuntimeError naming the command and its last output when it fails."""
+    done = tailwatch(out, *args)
+    if done.returncode != 0:
+        raise RuntimeError(f"`tailwatch {' '.join(args)}` exited {done.returncode}: "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return done
 
 
 @dataclass
