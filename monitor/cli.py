@@ -355,7 +355,7 @@ def nightly(
         out.print("[yellow]no service has a `quality` section[/]")
 
 
-# --- investigation: query, compare, report, explain (issue 8); defined in monitor.investigate.commands ---
+# --- investigation: query, compare, report, explain; defined in monitor.investigate.commands ---
 def _register_investigation() -> None:
     from monitor.investigate.commands import register
 
@@ -365,7 +365,7 @@ def _register_investigation() -> None:
 _register_investigation()
 
 
-# --- scan (issue 10) ---
+# --- scan ---
 @app.command()
 def scan(
     dataset: Annotated[str, typer.Argument(help="Parquet dataset of joined prediction rows (path or fsspec URL).")],
@@ -425,7 +425,7 @@ def scan(
         out.print(f"... and {len(breaches) - 30} more breaches (see `tailwatch query`)", highlight=False)
 
 
-# --- alerts, silences and notifications (issue 6) ---
+# --- alerts, silences and notifications ---
 silence_app = typer.Typer(no_args_is_help=True, help="Silences: mute notifications of matching alerts for a while.")
 app.add_typer(silence_app, name="silence")
 notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")

@@ -377,7 +377,7 @@ class Constraint(_Model):
 
 
 class Compare(_Model):
-    """`tailwatch compare` (issue 8): serving price per hour (per version where it differs) and the
+    """`tailwatch compare`: serving price per hour (per version where it differs) and the
     hard constraints a candidate must meet."""
 
     hourly_price: float | None = Field(None, ge=0)
@@ -389,7 +389,7 @@ class Compare(_Model):
         return self.version_prices.get(version, self.hourly_price)
 
 
-# --- SLO rules (issue 6) ---
+# --- SLO rules ---
 
 
 class BurnRate(_Model):
@@ -536,7 +536,7 @@ class Limits(_Model):
     chunk_bytes: int = Field(32 * 1024 * 1024, gt=0)
 
 
-# --- daemon (issue 7) ---
+# --- daemon ---
 
 
 class Health(_Model):
@@ -617,7 +617,7 @@ class Daemon(_Model):
         return self
 
 
-# --- alerts and Slack (issue 6) ---
+# --- alerts and Slack ---
 
 
 class InhibitRule(_Model):
@@ -720,7 +720,7 @@ class Alerts(_Model):
     slack: Slack | None = None
 
 
-# --- scale-out engine (issue 10) ---
+# --- scale-out engine ---
 
 
 class Engine(_Model):
@@ -737,10 +737,10 @@ class Config(_Model):
     storage: Storage = Field(default_factory=Storage)
     limits: Limits = Field(default_factory=Limits)
     services: list[Service] = Field(min_length=1)
-    # --- process-wide settings of later stages: alerts and Slack (issue 6), daemon (issue 7) ---
-    alerts: Alerts = Field(default_factory=Alerts)  # issue 6
-    daemon: Daemon = Field(default_factory=Daemon)  # issue 7
-    engine: Engine = Field(default_factory=Engine)  # issue 10
+    # --- process-wide settings of later stages: alerts and Slack, daemon, engine ---
+    alerts: Alerts = Field(default_factory=Alerts)
+    daemon: Daemon = Field(default_factory=Daemon)
+    engine: Engine = Field(default_factory=Engine)
 
     @model_validator(mode="before")
     @classmethod
@@ -761,7 +761,7 @@ class Config(_Model):
         secrets = [self.storage.password, self.storage.query_sql.password] + [
             src.password for svc in self.services for src in svc.sources.__dict__.values() if isinstance(src, SqlSource)
         ]
-        # --- reliability and security (issue 9): Slack and redacted secrets are checked too ---
+        # --- reliability and security: Slack and redacted secrets are checked too ---
         if self.alerts.slack is not None:
             secrets += [self.alerts.slack.token, self.alerts.slack.webhook_url]
         secrets += self.daemon.redact

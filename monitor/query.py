@@ -442,7 +442,7 @@ def quarantine(store: Store, service: str, *, since: datetime | None = None, unt
     return _utc_columns(pd.DataFrame(rows, columns=list(QUARANTINE_COLUMNS)), ("created_at",))
 
 
-# -- verdicts and incidents (tables of issue 6) -----------------------------------------------------
+# -- verdicts and incidents -----------------------------------------------------
 
 VERDICT_COLUMNS = ("id", "verdict", "window_start", "window_end", "model_version", "estimated", "rows",
                    "evidence", "attribution", "what_changed", "next_steps", "rollback_to", "summary",

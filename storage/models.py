@@ -227,7 +227,7 @@ class AlertState(Base):
     last_eval_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     annotations: Mapped[Any] = mapped_column(JSONText, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
-    # Added by migration 0004 (issue 6):
+    # Added by migration 0004:
     service: Mapped[str | None] = mapped_column(String, nullable=True)
     alertname: Mapped[str | None] = mapped_column(String, nullable=True)
     last_active_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)  # for keep_firing_for
@@ -252,7 +252,7 @@ class Outbox(Base):
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_error: Mapped[str | None] = mapped_column(String, nullable=True)
     external_id: Mapped[str | None] = mapped_column(String, nullable=True)  # e.g. Slack message ts
-    # Added by migration 0004 (issue 6): which incident, and post | update | reply.
+    # Added by migration 0004: which incident, and post | update | reply.
     incident_id: Mapped[int | None] = mapped_column(BigId, nullable=True)
     kind: Mapped[str | None] = mapped_column(String, nullable=True)
 
@@ -301,7 +301,7 @@ class ReferenceProfile(Base):
     profile: Mapped[str] = mapped_column(Text, nullable=False)  # Profile.to_json()
 
 
-# --- labels and quality (migration 0003, issue 5) ---
+# --- labels and quality (migration 0003) ---
 
 
 class ScoredPrediction(Base):
@@ -337,7 +337,7 @@ class LabelRow(Base):
 
 
 
-# --- verdicts, alerts, silences and notifications (migration 0004, issue 6) ---
+# --- verdicts, alerts, silences and notifications (migration 0004) ---
 
 
 class VerdictRow(Base):
@@ -447,7 +447,7 @@ class VersionAccepted(Base):
     comment: Mapped[str] = mapped_column(String, nullable=False, default="", server_default="")
 
 
-# --- operations (migration 0005, issue 7) ---
+# --- operations (migration 0005) ---
 
 
 class DaemonHeartbeat(Base):

@@ -750,7 +750,7 @@ class Store:
         )
         return [dict(zip(fields, row, strict=True)) for row in session.execute(query)]
 
-    # --- labels and quality (issue 5) ---
+    # --- labels and quality ---
 
     @staticmethod
     def _parts(items: list, size: int) -> Iterator[list]:
@@ -868,7 +868,7 @@ class Store:
         return int(result.rowcount or 0)
 
 
-    # --- verdicts, alerts, silences and notifications (issue 6) ---
+    # --- verdicts, alerts, silences and notifications ---
 
     def upsert_verdicts(self, session: Session, rows: list[dict[str, Any]]) -> list[int]:
         """Insert verdicts, or overwrite the stored one of the same service, model version and window
@@ -1019,7 +1019,7 @@ class Store:
         return True
 
 
-    # --- operations: leader, heartbeat, retention (issue 7) ---
+    # --- operations: leader, heartbeat, retention ---
 
     def beat(self, session: Session, instance: str, role: str, started_at: datetime, at: datetime,
              last_tick_at: datetime | None = None, last_tick_status: str | None = None) -> None:

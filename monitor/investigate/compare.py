@@ -71,7 +71,7 @@ def version_metrics(store: Store, service: Service, version: str, since: datetim
 
 
 def _quality(store: Store, service: str, version: str, since: datetime, until: datetime) -> dict[str, float]:
-    """Label quality findings (issue 5), when stored: n-weighted mean per metric and class over all traffic,
+    """Label quality findings, when stored: n-weighted mean per metric and class over all traffic,
     and label coverage."""
     out: dict[str, float] = {}
     for check in ("quality", "label_coverage"):

@@ -1,4 +1,4 @@
-"""Delayed labels and quality results (issue 5): the scored predictions labels join to, and the labels.
+"""Delayed labels and quality results: the scored predictions labels join to, and the labels.
 
 Revision ID: 0003
 Revises: 0002

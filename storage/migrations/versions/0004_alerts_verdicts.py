@@ -1,4 +1,4 @@
-"""Verdicts, alert lifecycle, silences and notifications (issue 6).
+"""Verdicts, alert lifecycle, silences and notifications.
 
 Revision ID: 0004
 Revises: 0003

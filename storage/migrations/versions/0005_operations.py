@@ -1,4 +1,4 @@
-"""Daemon operations: heartbeats, job events (errors and missed runs), backfill progress (issue 7).
+"""Daemon operations: heartbeats, job events (errors and missed runs), backfill progress.
 
 Revision ID: 0005
 Revises: 0004
