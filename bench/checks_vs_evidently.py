@@ -25,7 +25,7 @@ reference range and categories the reference never had):
 3. History: scoring one 15-minute window (`monitor.windows.score`) with 1 day and with 30 days of
    5-minute buckets stored. Target: time ratio (30 days / 1 day) <= 1.2, i.e. ~1.
 
-Prints a rich table and a Markdown table (for the README); exits 1 when a target is missed.
+Prints a rich table and a Markdown table (for docs/performance.md); exits 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -496,7 +496,7 @@ def render(part1: dict | None, part2: dict | None, part3: dict | None) -> list[s
         print(f"history: {part3['buckets'][1]:,} vs {part3['buckets'][30]:,} buckets stored "
               f"({part3['payload_bytes']:,} B each); window of {part3['window_rows']:,} rows, "
               f"{part3['findings']} findings; median of {HISTORY_RUNS}")
-    print("\nMarkdown (README, performance):\n")
+    print("\nMarkdown (docs/performance.md):\n")
     md = ["| measure | tailwatch | Evidently / baseline | ratio | target |", "|---|---:|---:|---:|---|"]
     md += [f"| {m} | {a} | {b} | {r} | {t} |" for m, a, b, r, t, _ in lines]
     print("\n".join(md))

@@ -389,7 +389,7 @@ def render(result: dict, mem: dict | None) -> list[str]:
     for k, (bj, tj, bp, tp) in enumerate(result["runs"], 1):
         print(f"  run {k}: JSONL {tj:,.0f} / {bj:,.0f} rows/s = {tj / bj:.2f}; Parquet {tp:,.0f} / {bp:,.0f} rows/s "
               f"= {tp / bp:.2f}")
-    print("\nMarkdown (README, performance):\n")
+    print("\nMarkdown (docs/performance.md):\n")
     print("\n".join(md))
     return missed
 
