@@ -20,7 +20,7 @@ from scipy import stats as sps
 from scipy.optimize import brentq
 
 from checks.base import Finding
-from checks.stats import Z95, bh, mover, wilson
+from checks.stats import Z95, bh, mover, pearson, wilson
 
 MISS = "(failed)"  # the prediction of a failed request counted as a miss: no class, always wrong
 AVERAGES = ("macro", "weighted")
@@ -359,7 +359,7 @@ def bias_finding(predicted: np.ndarray, labelled: np.ndarray, classes: Sequence[
     gap = k_hi / n_hi - k_lo / n_lo
     interval = mover(k_hi / n_hi, wilson(k_hi, n_hi), k_lo / n_lo, wilson(k_lo, n_lo))
     table = np.array([[k, n - k] for _, n, k in rows], dtype=float)
-    p = 1.0 if (table.sum(axis=0) == 0).any() else float(sps.chi2_contingency(table, correction=False).pvalue)
+    p = 1.0 if (table.sum(axis=0) == 0).any() else float(sps.chi2.sf(*pearson(table)))
     status = "breach" if p < LABELS_BIAS_ALPHA and gap > tolerance else "ok"
     return Finding("label_bias", {}, gap, status, int(sum(r[1] for r in rows)), effect=gap, interval=interval,
                    p_value=p, detail=extra)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+from scipy.spatial import distance
+from scipy.stats import contingency
 
 Z95 = 1.959963984540054
 
@@ -107,9 +109,8 @@ def table_dispersion(rows: list[tuple[int, ...]]) -> float:
     t = t[:, t.sum(axis=0) > 0]
     if t.shape[1] < 2:
         return 1.0
-    expected = np.outer(t.sum(axis=1), t.sum(axis=0)) / t.sum()
-    chi2 = float(((t - expected) ** 2 / expected).sum())
-    return max(1.0, chi2 / ((t.shape[0] - 1) * (t.shape[1] - 1)))
+    chi2, dof = pearson(t)
+    return max(1.0, chi2 / dof)
 
 
 def shares(counts) -> np.ndarray:
@@ -148,14 +149,7 @@ def jensen_shannon(reference, current) -> float:
     either histogram is empty."""
     if not np.sum(reference) or not np.sum(current):
         return math.nan
-    r, c = shares(reference), shares(current)
-    m = (r + c) / 2
-
-    def kl(p: np.ndarray) -> float:
-        ok = p > 0
-        return float(np.sum(p[ok] * np.log(p[ok] / m[ok])))
-
-    return math.sqrt(max((kl(r) + kl(c)) / 2, 0.0))
+    return float(distance.jensenshannon(shares(reference), shares(current)))
 
 
 def chi2_two_sample(reference, current, dispersion: float = 1.0) -> tuple[float, float]:
@@ -174,12 +168,18 @@ def chi2_two_sample(reference, current, dispersion: float = 1.0) -> tuple[float,
     table = _pool_sparse(table)
     if table.shape[1] < 2:
         return 0.0, 1.0
-    # Pearson's statistic of the 2 x k table (scipy's chi2_contingency without correction, which a 2 x k
-    # table with k > 2 never gets), computed here: the scipy call cost ~1 ms per field and window.
-    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / table.sum()
-    statistic = float(((table - expected) ** 2 / expected).sum())
-    dof = table.shape[1] - 1
+    statistic, dof = pearson(table)
     return statistic, float(stats.chi2.sf(statistic / max(dispersion, 1.0), dof))
+
+
+def pearson(table: np.ndarray) -> tuple[float, int]:
+    """Pearson's chi-square statistic of an r x k contingency table with no zero row or column, and its
+    degrees of freedom: `scipy.stats.chi2_contingency(table, correction=False)`'s statistic.
+
+    Built on scipy's expected frequencies rather than calling chi2_contingency: its result object costs
+    ~1.5 ms a call, 40x this, and a tick makes one call per field, window and segment (~3% of a tick)."""
+    expected = contingency.expected_freq(table)
+    return float(((table - expected) ** 2 / expected).sum()), (table.shape[0] - 1) * (table.shape[1] - 1)
 
 
 MIN_EXPECTED = 5.0  # Cochran's rule: a cell expecting fewer values is far from its chi-square term
