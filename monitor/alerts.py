@@ -25,7 +25,15 @@ from sqlalchemy import select
 from monitor.config import Alerts, Config, Service, VerdictAlerts
 from monitor.notify.slack import render, route
 from monitor.rules import RuleResult, evaluate, partial_loader
-from monitor.verdict import HARMFUL, SERVING_CHECKS, Evidence, Verdict, decide, is_service_regression
+from monitor.verdict import (
+    HARMFUL,
+    SERVING_CHECKS,
+    Evidence,
+    Verdict,
+    decide,
+    episode_signals,
+    is_service_regression,
+)
 from monitor.windows import floor_to
 from storage.models import AlertCursor, AlertState, Incident, Outbox, VerdictRow, dumps
 from storage.store import Store, TickRecord, utc
@@ -331,6 +339,30 @@ def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[date
     return start
 
 
+def held_signals(before: Mapping[datetime, tuple[Window, set[tuple]]], start: datetime, length: timedelta,
+                 resolve_after: int) -> set[tuple]:
+    """The estimated-quality signals (verdict.episode_signals) that the episode open when the window at
+    `start` begins holds on. `before` maps window starts to one version's verdicts of `length` and their
+    episode signals. The walk goes back from `start` through consecutive windows to the last harmful one,
+    and takes its signals. It finds none when `resolve_after` decided clear windows come first (the episode
+    resolved), or `no_data` or a missing window does, or MAX_GAP windows pass."""
+    clear, at = 0, start - length
+    for _ in range(MAX_GAP + resolve_after + 1):
+        if at not in before:
+            break
+        w, signals = before[at]
+        if w.verdict in HARMFUL:
+            return set(signals)
+        if w.verdict == "no_data":
+            break
+        if w.verdict != "insufficient_data":
+            clear += 1
+            if clear >= resolve_after:
+                break
+        at -= length
+    return set()
+
+
 def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], family: Sequence[str], *, end: datetime,
               shortest: timedelta, serving: Sequence[str], resolve_after: int,
               last_active_end: datetime | None = None, not_back: Sequence[str] = (),
@@ -604,7 +636,9 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
         accepted.append(service.quality.accepted_version)
     by_start: dict[datetime, list[dict]] = {}
     verdicts: dict[tuple[str, datetime, datetime], Verdict] = {}
-    for version, w_start, w_end in wanted:
+    episodes = _episode_windows(store, name, wanted, settings.verdict.resolve_after)
+    held_at: dict[tuple[str, datetime, datetime], set[tuple]] = {}
+    for version, w_start, w_end in wanted:  # oldest first: a window holds on what the ones before it breached
         if w_start not in by_start:
             with store.transaction() as session:
                 by_start[w_start] = store.load_findings(session, name, since=w_start,
@@ -612,9 +646,13 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
         found = [f for f in by_start[w_start] if f["window_end"] == w_end and f["model_version"] == version]
         # An SLO breach is service-wide: it counts for a version only when that version had the window alone.
         rules_here = rule_evidence if (w_start, w_end) == (start, end) and len(eval_versions) == 1 else []
-        verdicts[(version, w_start, w_end)] = decide(
+        before = episodes[(version, w_end - w_start)]
+        held = held_at[(version, w_start, w_end)] = held_signals(before, w_start, w_end - w_start,
+                                                                   settings.verdict.resolve_after)
+        v = verdicts[(version, w_start, w_end)] = decide(
             found, service=name, model_version=version, window_start=w_start, window_end=w_end, now=now,
-            versions=versions, accepted_versions=accepted, rule_breaches=rules_here)
+            versions=versions, accepted_versions=accepted, rule_breaches=rules_here, held=held)
+        before[w_start] = (Window(w_start, w_end, v.verdict, v.rows), _signals(v.verdict, v.evidence))
     with store.transaction() as session:
         store.upsert_verdicts(session, [v.to_row() for v in verdicts.values()])
         row = session.get(AlertCursor, name)
@@ -630,7 +668,8 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
     # version and verdict, so an incident is not paged once per window length.
     current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in by_length], lengths,
                               service=name, model_version=v, now=now, versions=versions,
-                              accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [])
+                              accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [],
+                              held=set().union(*(held_at.get((v, a, b), set()) for a, b in lengths)))
                for v in sampled]
     by_version: dict[str, Verdict | None] = {v.model_version: v for v in current}
     by_version |= {version: None for _, version in active if version and version not in by_version}
@@ -668,6 +707,45 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
                                          "errors": errors[:10], "window_start": start.isoformat(),
                                          "window_end": end.isoformat(), "digest": dumps(errors[:10])}))
     return samples
+
+
+def _signals(verdict: str, evidence: Sequence[Any]) -> set[tuple]:
+    """A stored or new verdict's episode signals (none unless it is harmful)."""
+    if verdict not in HARMFUL:
+        return set()
+    return episode_signals([e.as_dict() if isinstance(e, Evidence) else e for e in evidence or ()])
+
+
+def _episode_windows(store: Store, service: str, wanted: Sequence[tuple[str, datetime, datetime]],
+                     resolve_after: int) -> dict[tuple[str, timedelta], dict[datetime, tuple[Window, set[tuple]]]]:
+    """Per (model version, window length) of the windows `wanted`, the stored verdicts held_signals walks
+    back over from them, by window start, with their episode signals: the windows of that length from as
+    far back as the walk goes before the first wanted one."""
+    out: dict[tuple[str, timedelta], dict[datetime, tuple[Window, set[tuple]]]] = defaultdict(dict)
+    spans: dict[tuple[str, timedelta], tuple[datetime, datetime]] = {}
+    for version, start, end in wanted:
+        key = (version, end - start)
+        first, last = spans.get(key, (start, end))
+        spans[key] = (min(first, start), max(last, end))
+    for (version, length), (first, last) in spans.items():
+        out[(version, length)] = {}
+        ends, at = [], first - (MAX_GAP + resolve_after + 1) * length
+        while at < last:  # every window of this length, by its end: exact matches whatever the database
+            ends.append(at + length)
+            at += length
+        rows = []
+        with store.transaction() as session:
+            for i in range(0, len(ends), 500):  # a long backfill step: bounded bound parameters per query
+                rows += session.execute(select(VerdictRow.window_start, VerdictRow.window_end, VerdictRow.verdict,
+                                               VerdictRow.rows, VerdictRow.evidence).where(
+                    VerdictRow.service == service, VerdictRow.model_version == version,
+                    VerdictRow.window_end.in_(ends[i:i + 500]))).all()
+        for w_start, w_end, verdict, n, evidence in rows:
+            w_start, w_end = utc(w_start), utc(w_end)
+            if w_end - w_start == length:
+                out[(version, length)][w_start] = (Window(w_start, w_end, verdict, int(n or 0)),
+                                                   _signals(verdict, evidence))
+    return out
 
 
 def _history(store: Store, service: str, versions: Sequence[str], until: datetime) -> dict[str, list[Window]]:
