@@ -26,6 +26,7 @@ from monitor.config import Alerts, Config, Service, VerdictAlerts
 from monitor.notify.slack import render, route
 from monitor.rules import RuleResult, evaluate, partial_loader
 from monitor.verdict import (
+    CONFIRMED_QUALITY,
     HARMFUL,
     SERVING_CHECKS,
     Evidence,
@@ -666,7 +667,8 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
 
     # One verdict per version for its alerts, whichever window lengths decided it: one alert identity per
     # version and verdict, so an incident is not paged once per window length.
-    current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in by_length], lengths,
+    matured = _matured(store, service, lengths, by_length)
+    current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in matured], lengths,
                               service=name, model_version=v, now=now, versions=versions,
                               accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [],
                               held=set().union(*(held_at.get((v, a, b), set()) for a, b in lengths)))
@@ -707,6 +709,36 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
                                          "errors": errors[:10], "window_start": start.isoformat(),
                                          "window_end": end.isoformat(), "digest": dumps(errors[:10])}))
     return samples
+
+
+def _matured(store: Store, service: Service, lengths: Sequence[tuple[datetime, datetime]],
+             by_length: Sequence[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The findings of the last complete windows (`by_length`, one list per window of `lengths`) with, on
+    each quality window length, every label-based quality finding its last window does not decide taken
+    from the newest earlier window of that length that does (within `quality.maturity_horizon`): labels
+    mature after their window was first scored, and the newest figure they decided is what is known."""
+    if service.quality is None:
+        return list(by_length)
+    out = []
+    for (start, end), found in zip(lengths, by_length, strict=True):
+        if end - start not in service.quality.windows:
+            out.append(found)
+            continue
+
+        def key(f: Mapping[str, Any]) -> tuple:
+            return f["model_version"], f["check"], dumps(dict(f.get("labels") or {}))
+
+        decided = {key(f) for f in found if f["status"] in ("ok", "breach")}
+        newest: dict[tuple, dict[str, Any]] = {}
+        with store.transaction() as session:
+            for check in CONFIRMED_QUALITY:
+                for f in store.load_findings(session, service.name, since=end - service.quality.maturity_horizon,
+                                             until=start, check=check):  # oldest first: the newest stays
+                    if f["window_end"] - f["window_start"] == end - start and f["status"] in ("ok", "breach") \
+                            and not (f.get("detail") or {}).get("estimated") and key(f) not in decided:
+                        newest[key(f)] = f
+        out.append([f for f in found if key(f) not in newest] + list(newest.values()))
+    return out
 
 
 def _signals(verdict: str, evidence: Sequence[Any]) -> set[tuple]:
