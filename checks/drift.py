@@ -42,9 +42,9 @@ def histogram_findings(name: str, pairs: list[tuple[dict, FieldProfile, tuple[in
     """One finding per (labels, reference, window histogram, histogram key): value = PSI with its 95%
     bootstrap interval, effect = Jensen-Shannon distance, p_value = BH-adjusted chi-square p over the
     findings with enough samples; `detail.shifted`: significant and above the band whatever its size (the
-    psi_floor aside), what an open episode holds on. The chi-square is divided by the trailing baseline's dispersion of that
-    histogram (`detail.dispersion`): repeated requests make a window's histogram vary more than its row
-    count says. A field compared with serving history (see DriftThreshold) without any is 'insufficient'."""
+    psi_floor aside), what an open episode holds on. The chi-square is divided by the trailing baseline's
+    dispersion of that histogram (`detail.dispersion`): repeated requests make a window's histogram vary
+    more than its row count says. A field compared with serving history (see DriftThreshold) without any is 'insufficient'."""
     rows = []
     for labels, ref, hist, key in pairs:
         if hist is None or len(hist) != ref.bins:

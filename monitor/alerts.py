@@ -670,7 +670,8 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
     matured = _matured(store, service, lengths, by_length)
     current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in matured], lengths,
                               service=name, model_version=v, now=now, versions=versions,
-                              accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [],
+                              accepted_versions=accepted,
+                              rule_breaches=rule_evidence if eval_versions == [v] else [],
                               held=set().union(*(held_at.get((v, a, b), set()) for a, b in lengths)))
                for v in sampled]
     by_version: dict[str, Verdict | None] = {v.model_version: v for v in current}
@@ -732,10 +733,11 @@ def _matured(store: Store, service: Service, lengths: Sequence[tuple[datetime, d
         newest: dict[tuple, dict[str, Any]] = {}
         with store.transaction() as session:
             for check in CONFIRMED_QUALITY:
-                for f in store.load_findings(session, service.name, since=end - service.quality.maturity_horizon,
-                                             until=start, check=check):  # oldest first: the newest stays
-                    if f["window_end"] - f["window_start"] == end - start and f["status"] in ("ok", "breach") \
-                            and not (f.get("detail") or {}).get("estimated") and key(f) not in decided:
+                since = end - service.quality.maturity_horizon
+                for f in store.load_findings(session, service.name, since=since, until=start, check=check):
+                    # Oldest first: the newest decided one stays.
+                    if (f["window_end"] - f["window_start"] == end - start and f["status"] in ("ok", "breach")
+                            and not (f.get("detail") or {}).get("estimated") and key(f) not in decided):
                         newest[key(f)] = f
         out.append([f for f in found if key(f) not in newest] + list(newest.values()))
     return out
@@ -748,12 +750,15 @@ def _signals(verdict: str, evidence: Sequence[Any]) -> set[tuple]:
     return episode_signals([e.as_dict() if isinstance(e, Evidence) else e for e in evidence or ()])
 
 
+_Episodes = dict[tuple[str, timedelta], dict[datetime, tuple[Window, set[tuple]]]]
+
+
 def _episode_windows(store: Store, service: str, wanted: Sequence[tuple[str, datetime, datetime]],
-                     resolve_after: int) -> dict[tuple[str, timedelta], dict[datetime, tuple[Window, set[tuple]]]]:
+                     resolve_after: int) -> _Episodes:
     """Per (model version, window length) of the windows `wanted`, the stored verdicts held_signals walks
     back over from them, by window start, with their episode signals: the windows of that length from as
     far back as the walk goes before the first wanted one."""
-    out: dict[tuple[str, timedelta], dict[datetime, tuple[Window, set[tuple]]]] = defaultdict(dict)
+    out: _Episodes = defaultdict(dict)
     spans: dict[tuple[str, timedelta], tuple[datetime, datetime]] = {}
     for version, start, end in wanted:
         key = (version, end - start)
@@ -768,10 +773,10 @@ def _episode_windows(store: Store, service: str, wanted: Sequence[tuple[str, dat
         rows = []
         with store.transaction() as session:
             for i in range(0, len(ends), 500):  # a long backfill step: bounded bound parameters per query
-                rows += session.execute(select(VerdictRow.window_start, VerdictRow.window_end, VerdictRow.verdict,
-                                               VerdictRow.rows, VerdictRow.evidence).where(
-                    VerdictRow.service == service, VerdictRow.model_version == version,
-                    VerdictRow.window_end.in_(ends[i:i + 500]))).all()
+                rows += session.execute(select(
+                    VerdictRow.window_start, VerdictRow.window_end, VerdictRow.verdict, VerdictRow.rows,
+                    VerdictRow.evidence).where(VerdictRow.service == service, VerdictRow.model_version == version,
+                                               VerdictRow.window_end.in_(ends[i:i + 500]))).all()
         for w_start, w_end, verdict, n, evidence in rows:
             w_start, w_end = utc(w_start), utc(w_end)
             if w_end - w_start == length:

@@ -180,13 +180,15 @@ def signal_key(f: Mapping[str, Any]) -> tuple:
 def still_shifted(f: Mapping[str, Any]) -> bool:
     """Whether a prediction drift finding is still off its baseline beyond noise: significant and above its
     learned band, whatever its size (detail `shifted`)."""
-    return f["check"] == "prediction_drift" and isinstance(f.get("detail"), dict) and bool(f["detail"].get("shifted"))
+    detail = f.get("detail")
+    return f["check"] == "prediction_drift" and isinstance(detail, dict) and bool(detail.get("shifted"))
 
 
 def episode_signals(evidence: Sequence[Mapping[str, Any]]) -> set[tuple]:
     """The estimated-quality signals a harmful verdict's evidence rests on (breaching or held): what the
     episode it belongs to holds on in the windows after it."""
-    return {signal_key(e) for e in evidence if e["check"] == "prediction_drift" and e.get("status") in ("breach", "held")}
+    return {signal_key(e) for e in evidence
+            if e["check"] == "prediction_drift" and e.get("status") in ("breach", "held")}
 
 
 def _at(f: Mapping[str, Any], key: str, value: datetime) -> bool:
@@ -329,7 +331,8 @@ def _evidence(verdict: str, breach: list[Mapping[str, Any]], extra: list[Mapping
         labels = f.get("labels") or {}
         family = order.index(f["check"]) if f["check"] in order else len(order)
         headline = 0 if is_service_regression(f) else 1
-        return (family, headline, f["status"] != "breach", -shares.get(labels.get("stage"), 0.0), -(f.get("n") or 0))
+        share = shares.get(labels.get("stage"), 0.0)
+        return (family, headline, f["status"] != "breach", -share, -(f.get("n") or 0))
 
     out = []
     for f in sorted((f for f in pool if f["check"] in order), key=rank):

@@ -343,8 +343,8 @@ def history_profile(profile: Profile | None, base: Partial | None) -> Profile | 
                    scores=scores)
 
 
-def _shifted_from_history(findings: list[Finding], window: Partial, profile: Profile | None, base: Partial | None,
-                          params) -> list[Finding]:
+def _shifted_from_history(findings: list[Finding], window: Partial, profile: Profile | None,
+                          base: Partial | None, params) -> list[Finding]:
     """All traffic's prediction drift findings (against the reference) with `detail.shifted` kept only where
     the window's predictions also moved from the baseline history (held at its anchor): a shift from the
     training data that the traffic before already had is not a fault an episode can hold on. Unchanged
