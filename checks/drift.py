@@ -41,9 +41,10 @@ def histogram_findings(name: str, pairs: list[tuple[dict, FieldProfile, tuple[in
                        params: DriftThreshold, baseline: Partial | None = None) -> list[Finding]:
     """One finding per (labels, reference, window histogram, histogram key): value = PSI with its 95%
     bootstrap interval, effect = Jensen-Shannon distance, p_value = BH-adjusted chi-square p over the
-    findings with enough samples. The chi-square is divided by the trailing baseline's dispersion of that
-    histogram (`detail.dispersion`): repeated requests make a window's histogram vary more than its row
-    count says. A field compared with serving history (see DriftThreshold) without any is 'insufficient'."""
+    findings with enough samples; `detail.shifted`: significant and above the band whatever its size (the
+    psi_floor aside), what an open episode holds on. The chi-square is divided by the trailing baseline's
+    dispersion of that histogram (`detail.dispersion`): repeated requests make a window's histogram vary
+    more than its row count says. A field compared with serving history (see DriftThreshold) without any is 'insufficient'."""
     rows = []
     for labels, ref, hist, key in pairs:
         if hist is None or len(hist) != ref.bins:
@@ -69,15 +70,16 @@ def histogram_findings(name: str, pairs: list[tuple[dict, FieldProfile, tuple[in
         band = _band(ref.counts, c.n, params)
         low, high = psi_interval(ref.counts, hist, params.runs, params.seed) if math.isfinite(c.psi) else (0.0, 0.0)
         p = adjusted.get(i)
+        shifted = p is not None and p < params.alpha and c.psi >= band[1]
         if p is None:
             status = "insufficient"
         else:
-            status = "breach" if p < params.alpha and c.psi >= max(params.psi_floor, band[1]) else "ok"
+            status = "breach" if shifted and c.psi >= params.psi_floor else "ok"
         out.append(Finding(name, labels, _finite(c.psi), status, c.n, baseline=0.0, effect=_finite(c.js), p_value=p,
                            interval=(low, high) if math.isfinite(c.psi) else None,
                            detail={"js": c.js, "chi2": c.chi2, "p_raw": c.p_value, "dispersion": phi, "bins": ref.bins,
                                    "band": list(band), "reference": list(ref.counts), "window": list(hist),
-                                   **against}))
+                                   "shifted": shifted, **against}))
     return out
 
 

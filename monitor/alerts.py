@@ -25,7 +25,16 @@ from sqlalchemy import select
 from monitor.config import Alerts, Config, Service, VerdictAlerts
 from monitor.notify.slack import render, route
 from monitor.rules import RuleResult, evaluate, partial_loader
-from monitor.verdict import HARMFUL, SERVING_CHECKS, Evidence, Verdict, decide, is_service_regression
+from monitor.verdict import (
+    CONFIRMED_QUALITY,
+    HARMFUL,
+    SERVING_CHECKS,
+    Evidence,
+    Verdict,
+    decide,
+    episode_signals,
+    is_service_regression,
+)
 from monitor.windows import floor_to
 from storage.models import AlertCursor, AlertState, Incident, Outbox, VerdictRow, dumps
 from storage.store import Store, TickRecord, utc
@@ -331,6 +340,30 @@ def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[date
     return start
 
 
+def held_signals(before: Mapping[datetime, tuple[Window, set[tuple]]], start: datetime, length: timedelta,
+                 resolve_after: int) -> set[tuple]:
+    """The estimated-quality signals (verdict.episode_signals) that the episode open when the window at
+    `start` begins holds on. `before` maps window starts to one version's verdicts of `length` and their
+    episode signals. The walk goes back from `start` through consecutive windows to the last harmful one,
+    and takes its signals. It finds none when `resolve_after` decided clear windows come first (the episode
+    resolved), or `no_data` or a missing window does, or MAX_GAP windows pass."""
+    clear, at = 0, start - length
+    for _ in range(MAX_GAP + resolve_after + 1):
+        if at not in before:
+            break
+        w, signals = before[at]
+        if w.verdict in HARMFUL:
+            return set(signals)
+        if w.verdict == "no_data":
+            break
+        if w.verdict != "insufficient_data":
+            clear += 1
+            if clear >= resolve_after:
+                break
+        at -= length
+    return set()
+
+
 def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], family: Sequence[str], *, end: datetime,
               shortest: timedelta, serving: Sequence[str], resolve_after: int,
               last_active_end: datetime | None = None, not_back: Sequence[str] = (),
@@ -604,7 +637,9 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
         accepted.append(service.quality.accepted_version)
     by_start: dict[datetime, list[dict]] = {}
     verdicts: dict[tuple[str, datetime, datetime], Verdict] = {}
-    for version, w_start, w_end in wanted:
+    episodes = _episode_windows(store, name, wanted, settings.verdict.resolve_after)
+    held_at: dict[tuple[str, datetime, datetime], set[tuple]] = {}
+    for version, w_start, w_end in wanted:  # oldest first: a window holds on what the ones before it breached
         if w_start not in by_start:
             with store.transaction() as session:
                 by_start[w_start] = store.load_findings(session, name, since=w_start,
@@ -612,9 +647,13 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
         found = [f for f in by_start[w_start] if f["window_end"] == w_end and f["model_version"] == version]
         # An SLO breach is service-wide: it counts for a version only when that version had the window alone.
         rules_here = rule_evidence if (w_start, w_end) == (start, end) and len(eval_versions) == 1 else []
-        verdicts[(version, w_start, w_end)] = decide(
+        before = episodes[(version, w_end - w_start)]
+        held = held_at[(version, w_start, w_end)] = held_signals(before, w_start, w_end - w_start,
+                                                                   settings.verdict.resolve_after)
+        v = verdicts[(version, w_start, w_end)] = decide(
             found, service=name, model_version=version, window_start=w_start, window_end=w_end, now=now,
-            versions=versions, accepted_versions=accepted, rule_breaches=rules_here)
+            versions=versions, accepted_versions=accepted, rule_breaches=rules_here, held=held)
+        before[w_start] = (Window(w_start, w_end, v.verdict, v.rows), _signals(v.verdict, v.evidence))
     with store.transaction() as session:
         store.upsert_verdicts(session, [v.to_row() for v in verdicts.values()])
         row = session.get(AlertCursor, name)
@@ -628,9 +667,12 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
 
     # One verdict per version for its alerts, whichever window lengths decided it: one alert identity per
     # version and verdict, so an incident is not paged once per window length.
-    current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in by_length], lengths,
+    matured = _matured(store, service, lengths, by_length)
+    current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in matured], lengths,
                               service=name, model_version=v, now=now, versions=versions,
-                              accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [])
+                              accepted_versions=accepted,
+                              rule_breaches=rule_evidence if eval_versions == [v] else [],
+                              held=set().union(*(held_at.get((v, a, b), set()) for a, b in lengths)))
                for v in sampled]
     by_version: dict[str, Verdict | None] = {v.model_version: v for v in current}
     by_version |= {version: None for _, version in active if version and version not in by_version}
@@ -668,6 +710,79 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
                                          "errors": errors[:10], "window_start": start.isoformat(),
                                          "window_end": end.isoformat(), "digest": dumps(errors[:10])}))
     return samples
+
+
+def _matured(store: Store, service: Service, lengths: Sequence[tuple[datetime, datetime]],
+             by_length: Sequence[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The findings of the last complete windows (`by_length`, one list per window of `lengths`) with, on
+    each quality window length, every label-based quality finding its last window does not decide taken
+    from the newest earlier window of that length that does (within `quality.maturity_horizon`): labels
+    mature after their window was first scored, and the newest figure they decided is what is known."""
+    if service.quality is None:
+        return list(by_length)
+    out = []
+    for (start, end), found in zip(lengths, by_length, strict=True):
+        if end - start not in service.quality.windows:
+            out.append(found)
+            continue
+
+        def key(f: Mapping[str, Any]) -> tuple:
+            return f["model_version"], f["check"], dumps(dict(f.get("labels") or {}))
+
+        decided = {key(f) for f in found if f["status"] in ("ok", "breach")}
+        newest: dict[tuple, dict[str, Any]] = {}
+        with store.transaction() as session:
+            for check in CONFIRMED_QUALITY:
+                since = end - service.quality.maturity_horizon
+                for f in store.load_findings(session, service.name, since=since, until=start, check=check):
+                    # Oldest first: the newest decided one stays.
+                    if (f["window_end"] - f["window_start"] == end - start and f["status"] in ("ok", "breach")
+                            and not (f.get("detail") or {}).get("estimated") and key(f) not in decided):
+                        newest[key(f)] = f
+        out.append([f for f in found if key(f) not in newest] + list(newest.values()))
+    return out
+
+
+def _signals(verdict: str, evidence: Sequence[Any]) -> set[tuple]:
+    """A stored or new verdict's episode signals (none unless it is harmful)."""
+    if verdict not in HARMFUL:
+        return set()
+    return episode_signals([e.as_dict() if isinstance(e, Evidence) else e for e in evidence or ()])
+
+
+_Episodes = dict[tuple[str, timedelta], dict[datetime, tuple[Window, set[tuple]]]]
+
+
+def _episode_windows(store: Store, service: str, wanted: Sequence[tuple[str, datetime, datetime]],
+                     resolve_after: int) -> _Episodes:
+    """Per (model version, window length) of the windows `wanted`, the stored verdicts held_signals walks
+    back over from them, by window start, with their episode signals: the windows of that length from as
+    far back as the walk goes before the first wanted one."""
+    out: _Episodes = defaultdict(dict)
+    spans: dict[tuple[str, timedelta], tuple[datetime, datetime]] = {}
+    for version, start, end in wanted:
+        key = (version, end - start)
+        first, last = spans.get(key, (start, end))
+        spans[key] = (min(first, start), max(last, end))
+    for (version, length), (first, last) in spans.items():
+        out[(version, length)] = {}
+        ends, at = [], first - (MAX_GAP + resolve_after + 1) * length
+        while at < last:  # every window of this length, by its end: exact matches whatever the database
+            ends.append(at + length)
+            at += length
+        rows = []
+        with store.transaction() as session:
+            for i in range(0, len(ends), 500):  # a long backfill step: bounded bound parameters per query
+                rows += session.execute(select(
+                    VerdictRow.window_start, VerdictRow.window_end, VerdictRow.verdict, VerdictRow.rows,
+                    VerdictRow.evidence).where(VerdictRow.service == service, VerdictRow.model_version == version,
+                                               VerdictRow.window_end.in_(ends[i:i + 500]))).all()
+        for w_start, w_end, verdict, n, evidence in rows:
+            w_start, w_end = utc(w_start), utc(w_end)
+            if w_end - w_start == length:
+                out[(version, length)][w_start] = (Window(w_start, w_end, verdict, int(n or 0)),
+                                                   _signals(verdict, evidence))
+    return out
 
 
 def _history(store: Store, service: str, versions: Sequence[str], until: datetime) -> dict[str, list[Window]]:

@@ -7,7 +7,7 @@ in, a frozen Verdict out. It weighs; the checks measured.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -87,12 +87,15 @@ class Verdict:
 
 def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version: str, window_start: datetime,
            window_end: datetime, now: datetime, versions: Sequence[Mapping[str, Any]] = (),
-           accepted_versions: Sequence[str] = (), rule_breaches: Sequence[Evidence] = ()) -> Verdict:
+           accepted_versions: Sequence[str] = (), rule_breaches: Sequence[Evidence] = (),
+           held: Collection[tuple] = ()) -> Verdict:
     """The verdict of `model_version` on [window_start, window_end) from that window's findings.
 
     `versions`: first sightings ({kind, value, first_seen}) of the service's versions, for what changed;
     `accepted_versions`: versions known good, for the rollback target; `rule_breaches`: SLO rules that
     breach on this window (they count as a service regression). `now` bounds what changed to the past.
+    `held`: the signal_key of each estimated-quality signal an open episode of the version rests on: one
+    still shifted from its baseline (still_shifted) counts as a breach, under the floor that opens one.
     """
     own = [f for f in findings if f.get("model_version", model_version) == model_version
            and _at(f, "window_start", window_start) and _at(f, "window_end", window_end)]
@@ -122,10 +125,13 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     # A segment's predictions moving against its own held history count too: a preprocessing bug that hits
     # one segment (short tenures) moves the mix too little to breach on all traffic.
     pred_drift = [f for f in breach + seg_breach if f["check"] == "prediction_drift"]
+    # An open episode holds until its signals are back: a shift still beyond noise against the same
+    # baseline is the same fault, though at low traffic its size wanders under the floor that opened it.
+    holding = [f for f in own if f["status"] == "ok" and signal_key(f) in held and still_shifted(f)]
     # Prediction drift is estimated harm unless the inputs changed at the contract level (the new inputs
     # explain it) or a pre-label estimate says quality held.
-    if pred_drift and not contract_inputs and not estimate_ok:
-        estimates += pred_drift
+    if pred_drift + holding and not contract_inputs and not estimate_ok:
+        estimates += pred_drift + holding
     worse = bool(confirmed) or bool(estimates)
     inputs = [f for f in breach if f["check"] in INPUT_CHECKS]
     if not worse:
@@ -157,13 +163,32 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     rollback = None
     if verdict in HARMFUL and model_version not in accepted_versions:
         rollback = _rollback(versions, accepted_versions, model_version)
-    evidence = list(rule_breaches) + _evidence(verdict, breach, seg_breach, attribution)
+    evidence = list(rule_breaches) + _evidence(verdict, breach, seg_breach + holding, attribution)
     if verdict == "insufficient_data":
         evidence = _insufficient(whole)
     return Verdict(**base, verdict=verdict, estimated=estimated, rows=rows, evidence=tuple(evidence[:EVIDENCE_MAX]),
                    attribution=attribution, what_changed=tuple(changed),
                    next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback)),
                    rollback_to=rollback, summary=_summary(verdict, estimated, attribution, evidence, changed))
+
+
+def signal_key(f: Mapping[str, Any]) -> tuple:
+    """What names one signal across windows: its check and labels."""
+    return f["check"], tuple(sorted((f.get("labels") or {}).items()))
+
+
+def still_shifted(f: Mapping[str, Any]) -> bool:
+    """Whether a prediction drift finding is still off its baseline beyond noise: significant and above its
+    learned band, whatever its size (detail `shifted`)."""
+    detail = f.get("detail")
+    return f["check"] == "prediction_drift" and isinstance(detail, dict) and bool(detail.get("shifted"))
+
+
+def episode_signals(evidence: Sequence[Mapping[str, Any]]) -> set[tuple]:
+    """The estimated-quality signals a harmful verdict's evidence rests on (breaching or held): what the
+    episode it belongs to holds on in the windows after it."""
+    return {signal_key(e) for e in evidence
+            if e["check"] == "prediction_drift" and e.get("status") in ("breach", "held")}
 
 
 def _at(f: Mapping[str, Any], key: str, value: datetime) -> bool:
@@ -288,28 +313,34 @@ def _rollback(versions: Sequence[Mapping[str, Any]], accepted: Sequence[str], mo
     return others[-1] if others and mine is None else None
 
 
-def _evidence(verdict: str, breach: list[Mapping[str, Any]], seg_breach: list[Mapping[str, Any]],
+def _evidence(verdict: str, breach: list[Mapping[str, Any]], extra: list[Mapping[str, Any]],
               attribution: dict[str, Any]) -> list[Evidence]:
     """The breaching findings that make the verdict, most telling first: the service regression, then
-    stages by share, signals, quality, inputs; per-segment findings only for quality (class / group)."""
+    stages by share, signals, quality, inputs; per-segment findings (and those an episode holds on,
+    `extra`) only for the quality the verdict rests on."""
     order = {"slower": ("latency",) + SIGNAL_CHECKS + ("length_distribution",),
              "worse": CONFIRMED_QUALITY + ESTIMATED_QUALITY,
              "both": ("latency",) + CONFIRMED_QUALITY + SIGNAL_CHECKS + ESTIMATED_QUALITY + ("length_distribution",),
              "drift": INPUT_CHECKS + ("prediction_drift",)}.get(verdict, ())
     shares = attribution.get("stages", {})
-    pool = breach + [f for f in seg_breach if f["check"] in CONFIRMED_QUALITY]
+    # Per segment: the quality the verdict rests on (a segment's predictions count as estimated harm).
+    rests_on = CONFIRMED_QUALITY + (ESTIMATED_QUALITY if verdict in ("worse", "both") else ())
+    pool = breach + [f for f in extra if f["check"] in rests_on]
 
     def rank(f: Mapping[str, Any]) -> tuple:
         labels = f.get("labels") or {}
         family = order.index(f["check"]) if f["check"] in order else len(order)
         headline = 0 if is_service_regression(f) else 1
-        return (family, headline, -shares.get(labels.get("stage"), 0.0), -(f.get("n") or 0))
+        share = shares.get(labels.get("stage"), 0.0)
+        return (family, headline, f["status"] != "breach", -share, -(f.get("n") or 0))
 
     out = []
     for f in sorted((f for f in pool if f["check"] in order), key=rank):
         stage = (f.get("labels") or {}).get("stage")
+        # `held`: under the floor that opens an episode, not back within its baseline either.
+        status = "held" if f["status"] == "ok" else f["status"]
         out.append(Evidence(f["check"], dict(f.get("labels") or {}), f.get("value"), f.get("baseline"),
-                            int(f.get("n") or 0), f.get("interval_low"), f.get("interval_high"), f["status"],
+                            int(f.get("n") or 0), f.get("interval_low"), f.get("interval_high"), status,
                             shares.get(stage) if f["check"] == "latency" and stage != "total" else None))
     return out
 
@@ -390,7 +421,8 @@ def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidenc
     if verdict not in ("slower",) and evidence and not parts:
         e = evidence[0]
         labels = ",".join(f"{k}={v}" for k, v in sorted(e.labels.items()))
-        parts.append(f"{e.check} {labels} {_fmt(e.value)} vs {_fmt(e.baseline)} (n={e.n})")
+        held = ", held: still shifted from its baseline" if e.status == "held" else ""
+        parts.append(f"{e.check} {labels} {_fmt(e.value)} vs {_fmt(e.baseline)} (n={e.n}{held})")
     if changed:
         parts.append(changed[0]["text"])
     return head + (": " + "; ".join(parts) if parts else "")

@@ -185,6 +185,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                     findings += evaluate(merged, own, base, params, only=HISTOGRAM_CHECKS)
                 findings = [_with_segment(f, segment) for f in findings]
             if segment == ALL:
+                findings = _shifted_from_history(findings, merged, profile, base, params)
                 clean[version] = not any(f.status == "breach" for f in findings)
             out.append(Scored(start, end, version, segment, merged.rows, findings))
         for version, ok in clean.items():
@@ -340,6 +341,21 @@ def history_profile(profile: Profile | None, base: Partial | None) -> Profile | 
     scores = {c: fp for c, ref in profile.scores.items() if (fp := own(ref, f"score:{c}")) is not None}
     return Profile(rows=base.rows, fields=fields, prediction=own(profile.prediction, "prediction"),
                    scores=scores)
+
+
+def _shifted_from_history(findings: list[Finding], window: Partial, profile: Profile | None,
+                          base: Partial | None, params) -> list[Finding]:
+    """All traffic's prediction drift findings (against the reference) with `detail.shifted` kept only where
+    the window's predictions also moved from the baseline history (held at its anchor): a shift from the
+    training data that the traffic before already had is not a fault an episode can hold on. Unchanged
+    without a history on the reference's bins."""
+    own = history_profile(profile, base)
+    if own is None or not any(f.check == "prediction_drift" and f.detail.get("shifted") for f in findings):
+        return findings
+    moved = {tuple(sorted(f.labels.items())): bool(f.detail.get("shifted"))
+             for f in evaluate(window, own, base, params, only=("prediction_drift",))}
+    return [replace(f, detail={**f.detail, "shifted": moved.get(tuple(sorted(f.labels.items())), True)})
+            if f.check == "prediction_drift" and f.detail.get("shifted") else f for f in findings]
 
 
 def _with_segment(finding: Finding, segment: str) -> Finding:

@@ -31,19 +31,24 @@ def at(k: int) -> datetime:
 
 def findings(shape: str) -> list[dict]:
     """One window's findings: healthy, slower (p95 50 -> 200 ms), small (p95 14.2 -> 14.7 ms), cache (hit
-    rate 0.8 -> 0.2, latency flat), learnt (hit rate still 0.2, but so is the baseline that learnt it) or
+    rate 0.8 -> 0.2, latency flat), learnt (hit rate still 0.2, but so is the baseline that learnt it),
+    worse (a segment's predictions drift past the floor), shifted (they stay shifted, under the floor) or
     insufficient (nothing decides)."""
     status = "insufficient" if shape == "insufficient" else "ok"
 
-    def f(check, labels, st=status, value=1.0, baseline=1.0, n=300):
-        return {"check": check, "labels": labels, "status": st, "value": value, "baseline": baseline, "n": n}
+    def f(check, labels, st=status, value=1.0, baseline=1.0, n=300, detail=None):
+        return {"check": check, "labels": labels, "status": st, "value": value, "baseline": baseline, "n": n,
+                "detail": detail or {}}
 
     p95 = {"slower": ("breach", 200.0, 50.0), "small": ("breach", 14.7, 14.2)}.get(shape, (status, 50.0, 50.0))
+    drift = {"worse": ("breach", 0.12), "shifted": ("ok", 0.08)}.get(shape, (status, 0.01))
     return [f("latency", {"rate": "failure"}, value=0.01, baseline=0.01),
             f("latency", {"stage": "total", "quantile": "p95"}, *p95),
             f("latency", {"stage": "model", "quantile": "p95"}, *p95),
             f("cache_hit_rate", {}, "breach" if shape == "cache" else status, 0.2 if shape in ("cache", "learnt") else 0.8,
-              0.2 if shape == "learnt" else 0.8)]
+              0.2 if shape == "learnt" else 0.8),
+            f("prediction_drift", {"output": "score:Yes", "segment": "Contract=Month-to-month"}, *drift, baseline=0.0,
+              detail={"shifted": shape in ("worse", "shifted")})]
 
 
 def write(store, windows: dict[int, str], version: str = "v2", now: datetime | None = None) -> None:
@@ -166,6 +171,32 @@ def test_a_baseline_that_learnt_the_regression_does_not_resolve_it(open_store, t
     row = regression(open_store())
     assert row.annotations["resolution"].startswith("fixed: healthy for 2 windows")
     assert row.labels["severity"] == "info"  # the cache alone, latency flat
+
+
+WORSE = ["healthy", "worse", "shifted", "shifted", "worse", "shifted", "healthy", "healthy", "healthy"]
+
+
+@pytest.mark.parametrize("mode", ["live", "backlog"])
+def test_a_worse_episode_holds_while_its_prediction_drift_stays_shifted(open_store, tmp_path, mode):
+    """A segment's prediction drift that wanders under the floor that opened the episode, still shifted
+    from its baseline: its windows stay worse and the incident open, live or after a backlog (every window
+    up to the one after the second breach scored by one tick); two windows back resolve it."""
+    config = make_config(tmp_path, alerts={"group_wait": "0s"})
+    first = 0 if mode == "live" else 5
+    write(open_store(), dict(enumerate(WORSE[:first + 1])))
+    after_tick(config, open_store(), at(first + 1))
+    got = [regression(open_store()).state]
+    for k in range(first + 1, len(WORSE)):
+        write(open_store(), {k: WORSE[k]})
+        after_tick(config, open_store(), at(k + 1))
+        got.append(regression(open_store()).state)
+    with open_store().transaction() as session:
+        verdicts = [v["verdict"] for v in open_store().load_verdicts(session, "churn")]
+    assert verdicts == ["healthy"] + ["worse"] * 5 + ["healthy"] * 3
+    assert got == (["inactive"] + ["firing"] * 6 + ["resolved"] * 2)[first:]
+    inc = incident(open_store())
+    assert inc["first_window_start"] == T0 + W and inc["resolved_at"] == at(8)
+    assert inc["summary"]["resolution"].startswith("fixed: healthy for 2 windows")
 
 
 @pytest.mark.parametrize("serving,resolution", [

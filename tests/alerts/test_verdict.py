@@ -183,3 +183,23 @@ def test_one_segments_prediction_drift_is_estimated_harm():
                             value=0.4, baseline=0)]
     v = run(x)
     assert v.verdict == "worse" and v.estimated
+    assert [(e.check, e.labels.get("segment"), e.status) for e in v.evidence] == [
+        ("prediction_drift", "tenure<12", "breach")]
+
+
+def test_an_episode_holds_on_its_prediction_drift_while_it_stays_shifted():
+    """Under the floor that opens an episode, a segment's prediction drift still significant against its
+    baseline keeps the episode's verdict worse; back (or never part of the episode) it does not."""
+    labels = {"output": "score:Yes", "segment": "Contract=Month-to-month"}
+    shifted = healthy_base() + [f("prediction_drift", labels, value=0.086, baseline=0.0,
+                                  detail={"shifted": True})]
+    key = ("prediction_drift", tuple(sorted(labels.items())))
+    v = run(shifted, held={key})
+    assert (v.verdict, v.estimated) == ("worse", True)
+    assert [(e.check, e.status) for e in v.evidence] == [("prediction_drift", "held")]
+    assert "held: still shifted" in v.summary
+    assert run(shifted).verdict == "healthy"  # no episode open: under the floor, nothing opens one
+    back = healthy_base() + [f("prediction_drift", labels, value=0.01, baseline=0.0, detail={"shifted": False})]
+    assert run(back, held={key}).verdict == "healthy"
+    other = ("prediction_drift", (("output", "prediction"),))
+    assert run(shifted, held={other}).verdict == "healthy"

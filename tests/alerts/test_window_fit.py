@@ -101,3 +101,32 @@ def test_alerts_sample_every_window_length(open_store, tmp_path, case):
         needed = {(e["check"], e["labels"].get("quantile")): e.get("needed_n") for e in day_verdict["evidence"]}
         assert needed[("latency", "p95")] == 72 and needed[("acceptance", None)] == 30
         assert "n=5 of 6 needed" in day_verdict["summary"]
+
+
+def test_labels_that_mature_late_reach_the_alert(open_store, tmp_path):
+    """The recall of 10:00-11:00 breaches once its labels matured, at 13:10, while the last hour's labels
+    are not in yet: the newest hour that decides recall speaks for it, so the breach alerts (since 10:00);
+    the 11:00 hour maturing clear resolves it."""
+    config = make_config(tmp_path, windows=["15m"], quality={"windows": ["1h"], "rules": [{**RECALL, "max_drop": 0.05}]})
+    at = DAY + 10 * HOUR
+    quarter = timedelta(minutes=15)
+    healthy = [f for f in window_findings(120, "ok", "ok") if f["check"] == "latency"]
+    write(open_store(), at + 3 * HOUR - quarter, at + 3 * HOUR, healthy, 120)
+    write(open_store(), at + 2 * HOUR, at + 3 * HOUR, window_findings(5, "insufficient", "insufficient"))
+    write(open_store(), at, at + HOUR, window_findings(900, "ok", "breach"))
+    after_tick(config, open_store(), at + 3 * HOUR + timedelta(minutes=10))
+    alert = regression(open_store())
+    assert (alert.state, alert.annotations.get("verdict")) == ("firing", "worse"), alert.annotations.get("summary")
+    assert datetime.fromisoformat(alert.annotations["onset"]) == at
+    write(open_store(), at + 3 * HOUR, at + 3 * HOUR + quarter, healthy, 120)
+    write(open_store(), at + HOUR, at + 2 * HOUR, window_findings(900, "ok", "ok"))
+    after_tick(config, open_store(), at + 3 * HOUR + timedelta(minutes=25))
+    alert = regression(open_store())
+    assert alert.state == "resolved" and alert.annotations["resolution"].startswith("fixed")
+
+
+def regression(store) -> AlertState:
+    with store.transaction() as session:
+        [row] = [r for r in session.scalars(select(AlertState)) if r.alertname == "ModelRegression"]
+        session.expunge(row)
+    return row

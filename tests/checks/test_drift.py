@@ -71,6 +71,19 @@ def test_prediction_drift_and_length_distribution(sample, window, schema, refere
     assert length_distribution(w, None, None, DriftThreshold()) == []
 
 
+def test_a_shift_under_the_floor_is_ok_but_still_shifted(sample, window, schema, reference_profile):
+    """`shifted`: significant and above the learned band, whatever the PSI floor (what an open episode
+    holds on); the same distribution is not."""
+    rng = np.random.default_rng(8)
+    small = by_label(prediction_drift(window(sample(2000, rng, score_yes=rng.beta(2.3, 5, 2000)), schema,
+                                             reference_profile), reference_profile, None, DriftThreshold()))
+    f = small["score:yes"]
+    assert f.status == "ok" and f.value < DriftThreshold().psi_floor and f.detail["shifted"] is True
+    same = prediction_drift(window(sample(2000, np.random.default_rng(8)), schema, reference_profile),
+                            reference_profile, None, DriftThreshold())
+    assert [f.detail["shifted"] for f in same] == [False, False]
+
+
 def test_statistics():
     assert psi([10, 20, 30], [1, 2, 3]) == pytest.approx(0.0)
     assert jensen_shannon([1, 0], [0, 1]) == pytest.approx(math.sqrt(math.log(2)))
