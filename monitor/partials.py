@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from ddsketch.mapping import LogarithmicMapping
 
-from monitor.config import Schema
 from monitor.frame import STAGE_PREFIX
 from monitor.profile import (
     FieldProfile,
@@ -37,7 +36,8 @@ from monitor.profile import (
     resolve,
     tokens,
 )
-from storage.store import PartialRow
+from monitor.schema import Schema
+from storage.rows import PartialRow
 
 ALL = ""  # the segment key for "every row"
 LATENCY = "latency_ms"  # sketch key of the total latency; stages are `stage.<name>`, signals `signal:<name>`
