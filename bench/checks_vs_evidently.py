@@ -152,7 +152,7 @@ def with_contract(frame: pd.DataFrame, start: datetime, span: timedelta, seed: i
 
 
 def schema():
-    from monitor.config import Schema
+    from monitor.schema import Schema
 
     return Schema(features={**{c: "numeric" for c in NUMERIC}, **{c: "categorical" for c in CATEGORICAL},
                             TEXT: "text"})
@@ -385,7 +385,7 @@ def history(work: Path) -> dict:
     from monitor.partials import fold
     from monitor.profile import build_profile
     from monitor.windows import score
-    from storage.store import PartialRow
+    from storage.rows import PartialRow
 
     sch = schema()
     profile = build_profile(make_features(200_000, SEED, drift=False), sch)

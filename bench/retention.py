@@ -33,7 +33,8 @@ def main() -> None:
     from monitor.demo import demo_config
     from monitor.partials import Partial, merge_all
     from monitor.simulate import generate
-    from storage.store import PartialRow, Store
+    from storage.rows import PartialRow
+    from storage.store import Store
 
     work = Path(tempfile.mkdtemp(prefix="tailwatch-retention-"))
     try:

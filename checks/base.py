@@ -10,10 +10,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from checks.stats import wilson
 from monitor.partials import Partial
 from monitor.profile import Profile
 
 Status = Literal["ok", "breach", "insufficient"]
+
+
+def rate_above(k: float, n: float, limit: float | None, enough: bool) -> tuple[tuple[float, float], Status]:
+    """The 95% Wilson interval of a rate of `k` in `n`, and its status: `insufficient` without `enough`
+    samples or a `limit`; `breach` when the whole interval lies above `limit` (a share, 0..1); else `ok`."""
+    low, high = wilson(k, n)
+    if not enough or limit is None:
+        return (low, high), "insufficient"
+    return (low, high), "breach" if low > limit else "ok"
 
 
 @dataclass(frozen=True)

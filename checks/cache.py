@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check, widen
+from checks.base import Finding, check, rate_above, widen
 from checks.stats import mover, wilson
+from monitor import keys
 from monitor.partials import CACHE_STATES, STALE, Partial
 from monitor.profile import Profile
 
@@ -25,9 +26,9 @@ def cache_hit_rate(window: Partial, profile: Profile | None, baseline: Partial |
     """Share (0..1) of cache lookups that hit, vs the trailing baseline; also per cache state (label
     `state` cold / warm) when the log says which. Nothing when no row had `cache_hit`; 'insufficient'
     without a baseline with enough lookups."""
-    out = _hit_rate(window, baseline, params, "cache:hit", "cache:miss", {})
+    out = _hit_rate(window, baseline, params, keys.cache_hit(), keys.cache_miss(), {})
     for state in CACHE_STATES:
-        out += _hit_rate(window, baseline, params, f"cache:hit:{state}", f"cache:miss:{state}", {"state": state})
+        out += _hit_rate(window, baseline, params, keys.cache_hit(state), keys.cache_miss(state), {"state": state})
     return out
 
 
@@ -74,17 +75,16 @@ def stale_cache(window: Partial, profile: Profile | None, baseline: Partial | No
     cache_version names neither the serving model_version nor its preprocess_version (nor
     `<model>/<preprocess>`). `detail.top`: the stale cache_version values. Nothing when no hit in
     window or baseline carried cache_version; the baseline's share is shown, not compared with."""
-    n, k = window.counts["cache:versioned_hit"], window.counts["cache:stale"]
-    b_n = baseline.counts["cache:versioned_hit"] if baseline is not None else 0
+    n, k = window.counts[keys.VERSIONED_HIT], window.counts[keys.STALE_HITS]
+    b_n = baseline.counts[keys.VERSIONED_HIT] if baseline is not None else 0
     if n == 0 and b_n == 0:
         return []
-    base = baseline.counts["cache:stale"] / b_n if b_n else None
+    base = baseline.counts[keys.STALE_HITS] / b_n if b_n else None
     value = k / n if n else None
-    low, high = wilson(k, n)
-    status = "insufficient" if n < params.min_n else ("breach" if low > params.max_rate else "ok")
+    (low, high), status = rate_above(k, n, params.max_rate, n >= params.min_n)
     top = sorted(window.unseen.get(STALE, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     return [Finding("stale_cache", {}, value, status, n, baseline=base,
                     effect=None if value is None or base is None else value - base,
                     interval=(low, high) if n else None,
-                    detail={"stale": k, "hits_with_version": n, "hits": window.counts["cache:hit"],
+                    detail={"stale": k, "hits_with_version": n, "hits": window.counts[keys.cache_hit()],
                             "top": [list(t) for t in top], "baseline_hits_with_version": b_n})]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from checks.base import Finding, check
+from checks.base import Finding, check, rate_above
 from checks.stats import wilson
+from monitor import keys
 from monitor.partials import Partial
 from monitor.profile import Profile
 
@@ -35,25 +36,22 @@ def missing_rate(window: Partial, profile: Profile | None, baseline: Partial | N
     names = set(profile.fields) if profile is not None else set()
     for part in (window, baseline):
         if part is not None:
-            names |= {k.split(":", 1)[1] for k in part.counts if k.startswith("missing:")}
+            names |= {f for k in part.counts if (f := keys.field_of(k, keys.missing)) is not None}
     out = []
     for name in sorted(names):
-        n, k = window.rows, window.counts[f"missing:{name}"]
+        n, k = window.rows, window.counts[keys.missing(name)]
         ref = profile.fields.get(name) if profile is not None else None
         if ref is not None and ref.n and params.baseline == "reference":
             expected, source, (ek, en) = ref.missing_rate, "reference", (ref.missing, ref.n)
         elif baseline is not None and baseline.rows:
-            ek, en = baseline.counts[f"missing:{name}"], baseline.rows
+            ek, en = baseline.counts[keys.missing(name)], baseline.rows
             expected, source = ek / en, "baseline"
         else:
             expected, source, (ek, en) = None, None, (0, 0)
         value = k / n if n else None
-        low, high = wilson(k, n)
         band = None if expected is None else wilson(ek, en) if params.band == "learned" else (expected, expected)
-        if n < params.min_n or band is None:
-            status = "insufficient"
-        else:
-            status = "breach" if low > band[1] + params.max_increase else "ok"
+        (low, high), status = rate_above(k, n, None if band is None else band[1] + params.max_increase,
+                                         n >= params.min_n)
         out.append(Finding("missing_rate", {"field": name}, value, status, n, baseline=expected,
                            effect=None if value is None or expected is None else value - expected,
                            interval=(low, high) if n else None,

@@ -9,6 +9,7 @@ from typing import Literal
 from checks.base import Finding, check, widen
 from checks.stats import bh, compare
 from checks.thresholds import StandardDeviationThreshold, psi_interval, psi_null
+from monitor import keys
 from monitor.partials import Partial
 from monitor.profile import FieldProfile, Profile
 
@@ -119,5 +120,5 @@ def prediction_drift(window: Partial, profile: Profile | None, baseline: Partial
     if profile.prediction is not None:
         pairs.append(({"output": "prediction"}, profile.prediction, window.hists.get("prediction"), "prediction"))
     for cls, ref in sorted(profile.scores.items()):
-        pairs.append(({"output": f"score:{cls}"}, ref, window.hists.get(f"score:{cls}"), f"score:{cls}"))
+        pairs.append(({"output": keys.score(cls)}, ref, window.hists.get(keys.score(cls)), keys.score(cls)))
     return histogram_findings("prediction_drift", pairs, params, baseline)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from checks.base import Finding, check, widen
+from checks.base import Finding, check, rate_above, widen
 from checks.stats import (
     Z95,
     poisson_interval,
@@ -14,8 +14,8 @@ from checks.stats import (
     quantile_needed,
     quantile_ranks,
     rate_ratio_interval,
-    wilson,
 )
+from monitor import keys
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import (
     ARRIVAL,
@@ -33,7 +33,7 @@ from monitor.profile import Profile
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 LEVEL = 0.95  # coverage of the quantile intervals
-RATES = {"failure": "status:error", "timeout": "status:timeout", "reject": "status:rejected"}
+RATES = {"failure": keys.ERROR, "timeout": keys.TIMEOUT, "reject": keys.REJECTED}
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,8 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
         # Failures in one clump of the window (a client's burst cut by its rate limit) are one event, not
         # many: the window's own dispersion widens its interval as the baseline's does.
         phi = max(widen(baseline, key), widen(window, key))
-        low, high = wilson(k / phi, n / phi)
-        if n < params.min_n or b_n < params.min_n:
-            status = "insufficient"
-        else:
-            status = "breach" if low > base + params.max_rate_increase else "ok"
+        (low, high), status = rate_above(k / phi, n / phi, None if base is None else base + params.max_rate_increase,
+                                         n >= params.min_n and b_n >= params.min_n)
         value = k / n if n else None
         out.append(Finding("latency", {"rate": label}, value, status, n, baseline=base,
                            effect=None if value is None or base is None else value - base,
@@ -167,8 +164,8 @@ def _service(window: Partial, baseline: Partial | None, params: LatencyThreshold
     if not arrivals:
         return out
     b_span, _ = _span(baseline, ARRIVAL)
-    per_second = {"samples": (window.counts["status:ok"],
-                              baseline.counts["status:ok"] if baseline is not None else 0)}
+    per_second = {"samples": (window.counts[keys.OK],
+                              baseline.counts[keys.OK] if baseline is not None else 0)}
     for kind in ("input", "output"):
         if f"{TOKENS}{kind}" in window.sketches:
             b_sum = baseline.sketches.get(f"{TOKENS}{kind}", Sketch()).sum if baseline is not None else 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from checks.base import Finding, check
 from checks.drift import DriftThreshold, histogram_findings
+from monitor import keys
 from monitor.partials import Partial
 from monitor.profile import Profile
 
@@ -17,6 +18,6 @@ def length_distribution(window: Partial, profile: Profile | None, baseline: Part
     """
     if profile is None:
         return []
-    pairs = [({"field": f}, ref, window.hists.get(f"len:{f}"), f"len:{f}") for f, ref in sorted(profile.fields.items())
+    pairs = [({"field": f}, ref, window.hists.get(keys.length(f)), keys.length(f)) for f, ref in sorted(profile.fields.items())
              if ref.kind == "text"]
     return histogram_findings("length_distribution", pairs, params, baseline)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from checks.base import Finding, check
+from checks.base import Finding, check, rate_above
 from checks.stats import wilson
 from checks.thresholds import range_band, rise_p
+from monitor import keys
 from monitor.partials import Partial
 from monitor.profile import FieldProfile, Profile
 
@@ -43,15 +44,12 @@ def _rate_finding(name: str, labels: dict, k: int, n: int, expected: float | Non
     """Against the reference: breach when the window's interval is above the band's top plus max_rate.
     Against `history` (its k, n): when the window's rate is at least max_rate above history's and the
     one-sided two-proportion p-value is below band_alpha (both rates are estimates)."""
-    low, high = wilson(k, n)
     value = k / n if n else None
     p = rise_p(k, n, *history) if history is not None else None
-    if n < params.min_n or expected is None or band is None:
-        status = "insufficient"
-    elif history is not None:
+    enough = n >= params.min_n and expected is not None
+    (low, high), status = rate_above(k, n, None if band is None else band[1] + params.max_rate, enough)
+    if history is not None and status != "insufficient":
         status = "breach" if value - expected >= params.max_rate and p < params.band_alpha else "ok"
-    else:
-        status = "breach" if low > band[1] + params.max_rate else "ok"
     return Finding(name, labels, value, status, n, baseline=expected,
                    effect=None if value is None or expected is None else value - expected,
                    interval=(low, high) if n else None, p_value=p,
@@ -65,7 +63,7 @@ def _history(baseline: Partial | None, keys: tuple[str, ...], name: str) -> tupl
     if baseline is None or not baseline.rows:
         return None, None, {"against": "serving_history", "note": "no serving history yet"}, None
     k = sum(baseline.counts[key] for key in keys)
-    n = baseline.rows - baseline.counts[f"missing:{name}"]
+    n = baseline.rows - baseline.counts[keys.missing(name)]
     if not n:
         return None, None, {"against": "serving_history", "note": "no value of the field in serving history"}, None
     return k / n, wilson(k, n), {"against": "serving_history", "history_n": n}, (k, n)
@@ -91,11 +89,11 @@ def out_of_range(window: Partial, profile: Profile | None, baseline: Partial | N
     for name, ref in sorted(profile.fields.items()):
         if ref.kind != "numeric" or ref.min is None:
             continue
-        below, above = window.counts[f"below:{name}"], window.counts[f"above:{name}"]
-        n = window.rows - window.counts[f"missing:{name}"]
+        below, above = window.counts[keys.below(name)], window.counts[keys.above(name)]
+        n = window.rows - window.counts[keys.missing(name)]
         detail = {"below": below, "above": above, "min": ref.min, "max": ref.max}
         if _against(ref, params) == "serving_history":
-            expected, band, note, history = _history(baseline, (f"below:{name}", f"above:{name}"), name)
+            expected, band, note, history = _history(baseline, (keys.below(name), keys.above(name)), name)
             detail |= note | ({"constant_in_reference": True} if ref.constant else {})
         else:
             history = None
@@ -122,14 +120,14 @@ def unseen_categories(window: Partial, profile: Profile | None, baseline: Partia
     for name, ref in sorted(profile.fields.items()):
         if ref.kind != "categorical":
             continue
-        k = window.counts[f"unseen:{name}"]
-        n = window.rows - window.counts[f"missing:{name}"]
+        k = window.counts[keys.unseen(name)]
+        n = window.rows - window.counts[keys.missing(name)]
         retained = window.unseen.get(name, {})
         top = sorted(retained.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
         # A truncated reference holds only its most frequent values: rare reference values count as unseen.
         detail = {"unseen": k, "top": [list(t) for t in top], "reference_truncated": ref.truncated}
         if params.baseline == "serving_history":
-            expected, band, note, history = _history(baseline, (f"unseen:{name}",), name)
+            expected, band, note, history = _history(baseline, (keys.unseen(name),), name)
             detail |= note
         else:
             history = None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check
+from checks.base import Finding, check, rate_above
 from checks.latency import LEVEL, quantile_interval
-from checks.stats import quantile_needed, wilson
+from checks.stats import quantile_needed
 from monitor.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
 from monitor.profile import Profile
 
@@ -40,11 +40,7 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
         busiest, k = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         n, values = sum(counts.values()), len(counts)
         even = 1 / values
-        low, high = wilson(k, n)
-        if n < params.min_n or values < 2:
-            status = "insufficient"
-        else:
-            status = "breach" if low > even * params.max_share_ratio else "ok"
+        (low, high), status = rate_above(k, n, even * params.max_share_ratio, n >= params.min_n and values >= 2)
         out.append(Finding("hotspot", {"field": name, "measure": "share"}, k / n, status, n, baseline=even,
                            effect=k / n / even, interval=(low, high),
                            detail={"value": busiest, "requests": k, "values": values}))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check
-from checks.stats import wilson
+from checks.base import Finding, check, rate_above
+from monitor import keys
 from monitor.partials import OOV_SAMPLE, Partial
 from monitor.profile import Profile
 
@@ -33,17 +33,14 @@ def oov_rate(window: Partial, profile: Profile | None, baseline: Partial | None,
     for name, ref in sorted(profile.fields.items()):
         if ref.kind != "text":
             continue
-        tokens, oov = window.counts[f"tokens:{name}"], window.counts[f"oov:{name}"]
-        texts = window.counts[f"oov_texts:{name}"]
+        tokens, oov = window.counts[keys.tokens(name)], window.counts[keys.oov(name)]
+        texts = window.counts[keys.oov_texts(name)]
         expected = ref.expected_oov
         value = oov / tokens if tokens else None
         # Texts as the unit: the token share, counted over `texts` trials.
-        low, high = wilson(value * texts, texts) if value is not None else (0.0, 1.0)
-        if expected is None:
-            status = "insufficient"
-        else:
-            status = "insufficient" if texts < params.min_texts else (
-                "breach" if low > expected + params.max_increase else "ok")
+        (low, high), status = rate_above(value * texts if value is not None else 0, texts if value is not None else 0,
+                                         None if expected is None else expected + params.max_increase,
+                                         texts >= params.min_texts)
         out.append(Finding("oov_rate", {"field": name}, value, status, texts, baseline=expected,
                            effect=None if value is None or expected is None else value - expected,
                            interval=(low, high) if texts else None,

@@ -15,9 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -26,8 +24,12 @@ from pydantic import (
 )
 from sqlalchemy.engine import make_url
 
+from checks.evaluate import thresholds
 from monitor.classes import class_name
 from monitor.durations import parse_duration
+from monitor.rules import parse_objective
+from monitor.scheduler import check_cron
+from monitor.schema import Schema, StrictModel
 
 DEFAULT_PATH = "tailwatch.yaml"
 ENV_CONFIG = "TAILWATCH_CONFIG"
@@ -39,10 +41,6 @@ class ConfigError(Exception):
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 def _base_dir(info: ValidationInfo) -> Path:
@@ -66,7 +64,7 @@ def _existing_file(value: Any, info: ValidationInfo) -> Path:
     return _resolve(value, info)
 
 
-class Secret(_Model):
+class Secret(StrictModel):
     """Where a secret comes from: an environment variable's name or a file's path, never the value."""
 
     env: str | None = None
@@ -111,7 +109,7 @@ def _check_zone(value: str | None) -> str | None:
     return value
 
 
-class FileSource(_Model):
+class FileSource(StrictModel):
     """A directory of growing JSONL / CSV / Parquet files (gzip for JSONL and CSV)."""
 
     kind: Literal["files"] = "files"
@@ -134,7 +132,7 @@ class FileSource(_Model):
         return _existing_dir(value, info)
 
 
-class SqlSource(_Model):
+class SqlSource(StrictModel):
     """A SQL table read incrementally on a monotonic column (an id or an insertion time)."""
 
     kind: Literal["sql"]
@@ -159,70 +157,13 @@ class SqlSource(_Model):
 Source = Annotated[FileSource | SqlSource, Field(discriminator="kind")]
 
 
-class Sources(_Model):
+class Sources(StrictModel):
     predictions: Source
     timings: Source | None = None
     labels: Source | None = None
 
 
-FeatureKind = Literal["numeric", "categorical", "text"]
-
-
-class Schema(_Model):
-    """What the prediction rows hold beyond the contract's own fields."""
-
-    features: dict[str, FeatureKind] = Field(default_factory=dict)
-    segments: list[str] = Field(default_factory=list)
-    classes: list[str] = Field(default_factory=list)
-    positive_class: str | None = None
-    score_columns: dict[str, str] = Field(default_factory=dict)
-    signals: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _class_names(cls, raw: Any) -> Any:
-        """Classes, the positive class and score_columns' keys named as labels and predictions are
-        (monitor.classes); a class whose name differs from how it is written keeps its score column
-        `score_<as written>`."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("classes", []), list):
-            return raw
-        written = raw.get("classes", [])
-        # Only scalars are named; anything else is left for the field's own type error.
-        classes = [class_name(c) if isinstance(c, str | int | float) else c for c in written]
-        if any(c is None for c in classes):
-            raise ValueError(f"classes: an empty or missing class name in {written}")
-        if not all(isinstance(c, str) for c in classes):
-            return raw
-        if len(set(classes)) < len(classes):
-            raise ValueError(f"classes: {written} name the same class twice (1, 1.0, \"1\" and true/True "
-                             "are one class each)")
-        raw = dict(raw, classes=classes)
-        scores = raw.get("score_columns", {})
-        if isinstance(scores, dict):
-            scores = {class_name(k, classes) if isinstance(k, str | int | float) else k: v for k, v in scores.items()}
-            for text, name in zip(written, classes, strict=True):
-                if isinstance(text, str) and text.strip() != name:
-                    scores.setdefault(name, f"score_{text.strip()}")
-            raw["score_columns"] = scores
-        if isinstance(raw.get("positive_class"), str | int | float):
-            raw["positive_class"] = class_name(raw["positive_class"], classes)
-        return raw
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Schema:
-        if self.positive_class is not None and self.positive_class not in self.classes:
-            raise ValueError(f"positive_class {self.positive_class!r} is not one of classes {self.classes}")
-        unknown = [c for c in self.score_columns if c not in self.classes]
-        if unknown:
-            raise ValueError(f"score_columns name classes not in classes: {unknown}")
-        return self
-
-    def score_column(self, cls: str) -> str:
-        """The column holding the score of class `cls` (default `score_<class>`)."""
-        return self.score_columns.get(cls, f"score_{cls}")
-
-
-class Reference(_Model):
+class Reference(StrictModel):
     path: Path
     # what data checks compare a window with: the reference, or accepted serving history (see docs/checks.md)
     compare_with: Literal["reference", "serving_history"] = "reference"
@@ -245,7 +186,7 @@ class Reference(_Model):
         return _existing_file(value, info)
 
 
-class Buckets(_Model):
+class Buckets(StrictModel):
     size: Duration = timedelta(minutes=5)
     windows: list[Duration] = Field(default_factory=lambda: [timedelta(minutes=15), timedelta(hours=1), timedelta(days=1)])
 
@@ -259,7 +200,7 @@ class Buckets(_Model):
         return self
 
 
-class Join(_Model):
+class Join(StrictModel):
     """How long a prediction waits for its stage timings (and timings for their prediction)."""
 
     lateness: Duration = timedelta(minutes=10)
@@ -286,7 +227,7 @@ def expression_columns(expression: str) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
 
 
-class QualityRule(_Model):
+class QualityRule(StrictModel):
     """One acceptance rule: `metric` of `class` in `group` drops by at most `max_drop` from its baseline,
     or stays at or above `min`; it breaches only when the drop is past the tolerance beyond the uncertainty
     of both the window's figure and its baseline's (see docs/quality.md)."""
@@ -311,7 +252,7 @@ class QualityRule(_Model):
         return self
 
 
-class Quality(_Model):
+class Quality(StrictModel):
     """Delayed-label quality: how labels wait and mature, which groups are scored, and acceptance rules."""
 
     windows: list[Duration] = Field(default_factory=lambda: [timedelta(days=1)])
@@ -360,7 +301,7 @@ class Quality(_Model):
         return value
 
 
-class Constraint(_Model):
+class Constraint(StrictModel):
     """A hard release constraint on one `tailwatch compare` metric (e.g. `total_p99_ms`, `error_rate`,
     `cost_per_1k`): an absolute `max` / `min`, and/or `max_ratio` of candidate to baseline."""
 
@@ -376,7 +317,7 @@ class Constraint(_Model):
         return self
 
 
-class Compare(_Model):
+class Compare(StrictModel):
     """`tailwatch compare`: serving price per hour (per version where it differs) and the
     hard constraints a candidate must meet."""
 
@@ -392,7 +333,7 @@ class Compare(_Model):
 # --- SLO rules ---
 
 
-class BurnRate(_Model):
+class BurnRate(StrictModel):
     """One multi-window burn-rate condition: the error budget burns at least `factor` times too fast over
     both the `long` and the `short` window (Google SRE workbook, 'multiwindow, multi-burn-rate')."""
 
@@ -401,7 +342,7 @@ class BurnRate(_Model):
     factor: float = Field(gt=0)
 
 
-class SloRule(_Model):
+class SloRule(StrictModel):
     """An SLO rule: `slo` like "p95 total latency <= 100 ms" or "timeout rate <= 0.5%", checked on the
     last complete `window` (or, with `burn_rate`, on its long and short windows), alerting after `for`."""
 
@@ -418,13 +359,12 @@ class SloRule(_Model):
     @field_validator("slo")
     @classmethod
     def _parses(cls, value: str) -> str:
-        from monitor.rules import parse_objective
 
         parse_objective(value)
         return value
 
 
-class Service(_Model):
+class Service(StrictModel):
     """One watched model or service: its sources, schema, reference, bucketing, check thresholds, label
     quality, SLO rules and release comparison."""
 
@@ -452,15 +392,11 @@ class Service(_Model):
     @field_validator("checks")
     @classmethod
     def _known_checks(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        from checks.evaluate import thresholds  # the registry imports config: import it when validating
-
         thresholds(value)
         return value
 
     def check_params(self) -> dict[str, Any]:
         """Check name -> its threshold object, for the checks this service overrides."""
-        from checks.evaluate import thresholds
-
         return thresholds(self.checks)
 
     @model_validator(mode="after")
@@ -491,7 +427,7 @@ class Service(_Model):
         return self
 
 
-class QuerySql(_Model):
+class QuerySql(StrictModel):
     """How `tailwatch query sql` reaches the store. On PostgreSQL it connects as `role`, a role with SELECT
     on tailwatch's tables and nothing else (`tailwatch db upgrade` creates it and grants that; see
     docs/operations.md), and refuses a superuser or a role that can run server functions. `timeout`
@@ -502,7 +438,7 @@ class QuerySql(_Model):
     timeout: Duration = Field(timedelta(seconds=30), gt=timedelta(0))
 
 
-class Storage(_Model):
+class Storage(StrictModel):
     url: str = Field("sqlite:///tailwatch.db", validate_default=True)
     password: Secret | None = None
     query_sql: QuerySql = Field(default_factory=QuerySql)
@@ -524,7 +460,7 @@ class Storage(_Model):
         return url.set(password=self.password.resolve()) if self.password else url
 
 
-class Limits(_Model):
+class Limits(StrictModel):
     """Contract limits: rows past them are quarantined."""
 
     max_field_chars: int = Field(65536, gt=0)
@@ -539,21 +475,21 @@ class Limits(_Model):
 # --- daemon ---
 
 
-class Health(_Model):
+class Health(StrictModel):
     """Where `/livez`, `/readyz` and `/metrics` listen; port null turns the server off."""
 
     host: str = "127.0.0.1"
     port: int | None = Field(9464, ge=0, le=65535)
 
 
-class Tier(_Model):
+class Tier(StrictModel):
     """Bucket partials older than `after` are merged into buckets of `bucket` (a whole multiple)."""
 
     after: Duration
     bucket: Duration
 
 
-class Retention(_Model):
+class Retention(StrictModel):
     """How long stored rows are kept; partials are compacted tier by tier, never dropped unless asked."""
 
     tiers: list[Tier] = Field(default_factory=lambda: [
@@ -578,7 +514,7 @@ class Retention(_Model):
         return self
 
 
-class Daemon(_Model):
+class Daemon(StrictModel):
     """`tailwatch run`: schedule, leader lock, health server, shutdown bound, logs and retention."""
 
     interval: Duration = timedelta(minutes=1)  # between tick jobs
@@ -602,8 +538,6 @@ class Daemon(_Model):
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
         if value is not None:
-            from monitor.scheduler import check_cron
-
             check_cron(value)
         return value
 
@@ -620,7 +554,7 @@ class Daemon(_Model):
 # --- alerts and Slack ---
 
 
-class InhibitRule(_Model):
+class InhibitRule(StrictModel):
     """While an alert matching `source` fires, alerts matching `target` with the same values of the
     `equal` labels are muted (Alertmanager's inhibit_rules, exact matches)."""
 
@@ -629,14 +563,14 @@ class InhibitRule(_Model):
     equal: list[str] = Field(default_factory=list)
 
 
-class SlackRoute(_Model):
+class SlackRoute(StrictModel):
     """Send groups whose labels (severity included) match every pair of `match` to `channel`."""
 
     match: dict[str, str]
     channel: str
 
 
-class Slack(_Model):
+class Slack(StrictModel):
     """Slack delivery: a bot token (Web API: post, update in place, thread replies) or, as a post-only
     fallback, an incoming webhook URL. Both are secrets: env var or file only."""
 
@@ -656,7 +590,7 @@ class Slack(_Model):
         return self
 
 
-class VerdictAlerts(_Model):
+class VerdictAlerts(StrictModel):
     """How verdicts become alerts: ModelRegression (slower / worse / both) and InputDrift (drift). `for`
     is 0 by default: a verdict already weighs a whole window with each check's own significance test, and
     a new version is compared with its predecessor only until it has history of its own.
@@ -684,7 +618,7 @@ class VerdictAlerts(_Model):
         return raw
 
 
-class NoDataAlerts(_Model):
+class NoDataAlerts(StrictModel):
     """`no_data`: no prediction logged in the last complete window, or (with `quality`) no label at all
     for the newest quality window that ended `labels_after` ago."""
 
@@ -704,7 +638,7 @@ def _default_inhibit() -> list[InhibitRule]:
     ]
 
 
-class Alerts(_Model):
+class Alerts(StrictModel):
     """Alert grouping, timing, inhibition and delivery (Alertmanager semantics)."""
 
     group_by: list[str] = Field(default_factory=lambda: ["service", "model_version"])
@@ -723,7 +657,7 @@ class Alerts(_Model):
 # --- scale-out engine ---
 
 
-class Engine(_Model):
+class Engine(StrictModel):
     """Where `tailwatch scan` folds a Parquet dataset into bucket partials (docs/scale.md)."""
 
     kind: Literal["local", "dask"] = "local"
@@ -733,7 +667,7 @@ class Engine(_Model):
     partition_rows: int = Field(250_000, gt=0)  # rows folded at once: per local chunk, per slice of a partition
 
 
-class Config(_Model):
+class Config(StrictModel):
     storage: Storage = Field(default_factory=Storage)
     limits: Limits = Field(default_factory=Limits)
     services: list[Service] = Field(min_length=1)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from ddsketch.mapping import LogarithmicMapping
 
-from monitor.config import Schema
+from monitor import keys
 from monitor.frame import STAGE_PREFIX
 from monitor.profile import (
     FieldProfile,
@@ -37,7 +37,8 @@ from monitor.profile import (
     resolve,
     tokens,
 )
-from storage.store import PartialRow
+from monitor.schema import Schema
+from storage.rows import PartialRow
 
 ALL = ""  # the segment key for "every row"
 LATENCY = "latency_ms"  # sketch key of the total latency; stages are `stage.<name>`, signals `signal:<name>`
@@ -758,7 +759,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
     for a in accs:
         a.counts["rows"] = np.bincount(a.g, minlength=a.groups).astype("int64", copy=False)
     status_codes, statuses = _factorize(frame["status"]) or pd.factorize(frame["status"])
-    _count_codes(accs, [f"status:{s}" for s in statuses], status_codes)
+    _count_codes(accs, [keys.status(s) for s in statuses], status_codes)
     del status_codes
     if timed:
         joined = frame["joined"].to_numpy(dtype=bool)
@@ -772,8 +773,8 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         hit = frame["cache_hit"]
         hits = hit.eq(True).to_numpy(dtype=bool)
         misses = hit.eq(False).to_numpy(dtype=bool)
-        _count(accs, "cache:hit", hits)
-        _count(accs, "cache:miss", misses)
+        _count(accs, keys.cache_hit(), hits)
+        _count(accs, keys.cache_miss(), misses)
         _fold_cache(frame, hits, misses, accs)
         if timed:
             _fold_cache_time(frame, hits & joined, misses & joined, accs)
@@ -785,49 +786,49 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
             _sketch(accs, name, latency if name == LATENCY else _numbers(frame[name]))
     for name in schema.signals:
         v = _numbers(frame[name]) if name in frame else np.full(n, np.nan)
-        _count(accs, f"missing:{name}", np.isnan(v))
+        _count(accs, keys.missing(name), np.isnan(v))
         _sketch(accs, f"signal:{name}", v)
 
     fields = profile.fields if profile is not None else {}
     for name, kind in schema.features.items():
         if name not in frame:
-            _count(accs, f"missing:{name}", np.ones(n, dtype=bool))
+            _count(accs, keys.missing(name), np.ones(n, dtype=bool))
             values = pd.Series([None] * n, index=frame.index, dtype=object)
         else:
             values = frame[name]
         ref = fields.get(name)
         if ref is None or ref.kind != kind:
             if name in frame:
-                _count(accs, f"missing:{name}", values.isna().to_numpy(dtype=bool))
+                _count(accs, keys.missing(name), values.isna().to_numpy(dtype=bool))
             continue
         if kind == "numeric":
             v = _numbers(values)
             if name in frame:
-                _count(accs, f"missing:{name}", np.isnan(v) if _is_float(values) else values.isna().to_numpy(dtype=bool))
+                _count(accs, keys.missing(name), np.isnan(v) if _is_float(values) else values.isna().to_numpy(dtype=bool))
             _hist(accs, name, _bins(ref.edges, v), ref.bins)
             if ref.min is not None:
-                _count(accs, f"below:{name}", v < ref.min)
-                _count(accs, f"above:{name}", v > ref.max)
+                _count(accs, keys.below(name), v < ref.min)
+                _count(accs, keys.above(name), v > ref.max)
         elif kind == "text":
             factorized = _factorize(values)
             v, missing = lengths(values, factorized)
             if name in frame:
-                _count(accs, f"missing:{name}", missing)
+                _count(accs, keys.missing(name), missing)
             del missing
             idx = _bins(ref.edges, v)
-            _hist(accs, f"len:{name}", idx, ref.bins)
-            _latency_by_length(latency, accs, f"len:{name}", ref, idx)
+            _hist(accs, keys.length(name), idx, ref.bins)
+            _latency_by_length(latency, accs, keys.length(name), ref, idx)
             del idx
             if ref.vocabulary and factorized is not None:
                 _fold_oov(name, ref, factorized, accs)
         else:
             idx = _category_bins(ref, values)
             if name in frame:
-                _count(accs, f"missing:{name}", idx < 0)
+                _count(accs, keys.missing(name), idx < 0)
             _hist(accs, name, idx, ref.bins)
             unseen = idx == len(ref.categories)
             del idx
-            _count(accs, f"unseen:{name}", unseen)
+            _count(accs, keys.unseen(name), unseen)
             rows = np.flatnonzero(unseen)
             del unseen
             texts = values.iloc[rows].to_numpy(dtype=object).astype(str)
@@ -854,7 +855,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         for cls, ref in profile.scores.items():
             column = schema.score_column(cls)
             if column in frame:
-                _hist(accs, f"score:{cls}", _bins(ref.edges, _numbers(frame[column]))
+                _hist(accs, keys.score(cls), _bins(ref.edges, _numbers(frame[column]))
                       if ref.kind == "numeric" else ref.bin_index(frame[column]), ref.bins)
 
 
@@ -898,8 +899,8 @@ def _fold_cache(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, accs:
         versioned[rows] = True
         stale = np.zeros(len(frame), dtype=bool)
         stale[rows[~fresh]] = True
-        _count(accs, "cache:versioned_hit", versioned)
-        _count(accs, "cache:stale", stale)
+        _count(accs, keys.VERSIONED_HIT, versioned)
+        _count(accs, keys.STALE_HITS, stale)
         _top_values(accs, STALE, rows[~fresh], cached[~fresh])
     state = None
     if "cache_state" in frame:
@@ -909,8 +910,8 @@ def _fold_cache(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, accs:
     if state is not None:
         for name in CACHE_STATES:
             on = state.eq(name).to_numpy(dtype=bool)
-            _count(accs, f"cache:hit:{name}", hits & on)
-            _count(accs, f"cache:miss:{name}", misses & on)
+            _count(accs, keys.cache_hit(name), hits & on)
+            _count(accs, keys.cache_miss(name), misses & on)
 
 
 def _fold_cache_time(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, accs: list[_Acc]) -> None:
@@ -1086,9 +1087,9 @@ def _fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], 
     per_tokens[chosen] = np.bincount(parent, minlength=len(chosen))
     per_oov[chosen] = np.bincount(parent, weights=~known, minlength=len(chosen))
     per_text[chosen] = 1
-    _sum(accs, f"tokens:{name}", per_tokens[codes])  # code -1 (missing) reads the last slot: 0
-    _sum(accs, f"oov:{name}", per_oov[codes])
-    _sum(accs, f"oov_texts:{name}", per_text[codes])
+    _sum(accs, keys.tokens(name), per_tokens[codes])  # code -1 (missing) reads the last slot: 0
+    _sum(accs, keys.oov(name), per_oov[codes])
+    _sum(accs, keys.oov_texts(name), per_text[codes])
 
 
 class _Values:

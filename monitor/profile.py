@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from monitor.classes import class_names
-from monitor.config import Schema
+from monitor.schema import Schema
 
 N_BINS = 10  # quantile bins per numeric field and text length
 MAX_CATEGORIES = 200  # categories kept per field; the rest of the reference is `truncated` into the other bin

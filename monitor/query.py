@@ -23,13 +23,14 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import func, select
 
+from checks.latency import QUANTILES
+from monitor import keys
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import ALL, BINARY, BINARY_V2, LATENCY, Partial, Sketch, merge_all, payload_floats
 from storage import models
 from storage.models import BucketPartial, FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
 from storage.store import SQL_READER_ROLE, Store, StoreError, utc
 
-QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 SIGNAL_PREFIX = "signal:"
 FINDING_COLUMNS = ("id", "check", "status", "window_start", "window_end", "model_version", "labels", "value",
                    "baseline", "effect", "n", "interval_low", "interval_high", "p_value", "detail")
@@ -241,8 +242,8 @@ def _periods(since: datetime, until: datetime, step: float | None, buckets: Sequ
 # Sketches and counts partial_metrics reads; the others (latency by length or replica, arrival times) are
 # left unmerged by metrics: their bins are most of a partial.
 BINCOUNT_SPAN = 1 << 16  # key ranges up to this wide are summed with bincount
-HEALTH_COUNTS = ("rows", "stage_rows", "status:ok", "status:timeout", "status:rejected", "status:error",
-                 "cache:hit", "cache:miss")
+HEALTH_COUNTS = ("rows", "stage_rows", keys.OK, keys.TIMEOUT, keys.REJECTED, keys.ERROR,
+                 keys.cache_hit(), keys.cache_miss())
 
 
 def _health_sketch(name: str) -> bool:
@@ -359,12 +360,12 @@ def partial_metrics(part: Partial) -> dict[str, Any]:
     n = part.rows
     out: dict[str, Any] = {"requests": n}
     for status in ("ok", "timeout", "rejected", "error"):
-        out[status] = c[f"status:{status}"]
-    for name, key in (("error_rate", "status:error"), ("timeout_rate", "status:timeout"),
-                      ("reject_rate", "status:rejected")):
+        out[status] = c[keys.status(status)]
+    for name, key in (("error_rate", keys.ERROR), ("timeout_rate", keys.TIMEOUT),
+                      ("reject_rate", keys.REJECTED)):
         out[name] = c[key] / n if n else None
-    lookups = c["cache:hit"] + c["cache:miss"]
-    out["cache_hit_rate"] = c["cache:hit"] / lookups if lookups else None
+    lookups = c[keys.cache_hit()] + c[keys.cache_miss()]
+    out["cache_hit_rate"] = c[keys.cache_hit()] / lookups if lookups else None
     for key in sorted(part.sketches):
         sketch = part.sketches[key]
         if key == LATENCY or key.startswith(STAGE_PREFIX):

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from monitor.config import Config
 from monitor.partials import Partial, merge_all, merge_bytes
 from monitor.windows import EPOCH, floor_to
-from storage.store import PartialRow, Store
+from storage.rows import PartialRow
+from storage.store import Store
 
 log = logging.getLogger(__name__)
 

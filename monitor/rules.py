@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from ddsketch.mapping import LogarithmicMapping
 
+from monitor import keys
 from monitor.durations import duration_text
 from monitor.frame import STAGE_PREFIX
 from monitor.partials import ALL, LATENCY, RELATIVE_ACCURACY, Partial, Sketch, merge_all
@@ -24,14 +25,14 @@ OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, "<": operat
                                                   ">": operator.gt}
 # rate name -> (numerator count keys, denominator: 'rows' or 'cache')
 RATES = {
-    "timeout": (("status:timeout",), "rows"),
-    "reject": (("status:rejected",), "rows"),
-    "rejected": (("status:rejected",), "rows"),
-    "failure": (("status:error",), "rows"),
-    "error": (("status:error",), "rows"),
-    "non-ok": (("status:error", "status:timeout", "status:rejected"), "rows"),
-    "cache hit": (("cache:hit",), "cache"),
-    "cache miss": (("cache:miss",), "cache"),
+    "timeout": ((keys.TIMEOUT,), "rows"),
+    "reject": ((keys.REJECTED,), "rows"),
+    "rejected": ((keys.REJECTED,), "rows"),
+    "failure": ((keys.ERROR,), "rows"),
+    "error": ((keys.ERROR,), "rows"),
+    "non-ok": ((keys.ERROR, keys.TIMEOUT, keys.REJECTED), "rows"),
+    "cache hit": ((keys.cache_hit(),), "cache"),
+    "cache miss": ((keys.cache_miss(),), "cache"),
 }
 _LATENCY = re.compile(r"^\s*(p\d+(?:\.\d+)?|mean)\s+(?:([A-Za-z0-9_.-]+)\s+)?latency\s*(<=|<|>=|>)\s*"
                       r"(\d+(?:\.\d+)?)\s*(ms|s)\s*$", re.I)
@@ -107,7 +108,7 @@ def measure(objective: Objective, part: Partial, min_n: int | None = None) -> Me
         bad = above(sketch, objective.threshold) / sketch.count if sketch.count else None
         return Measure(value, sketch.count, bad, sketch.count >= need and value is not None)
     keys, denominator = RATES[objective.rate]
-    n = part.rows if denominator == "rows" else part.counts["cache:hit"] + part.counts["cache:miss"]
+    n = part.rows if denominator == "rows" else part.counts[keys.cache_hit()] + part.counts[keys.cache_miss()]
     value = sum(part.counts[k] for k in keys) / n if n else None
     bad = None if value is None else (value if objective.op in ("<=", "<") else 1 - value)
     return Measure(value, n, bad, n >= (min_n or 100) and value is not None)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from monitor.classes import class_names
-from monitor.config import Limits, Schema
+from monitor.config import Limits
 from monitor.contract import (
     BOOL_OPTIONAL,
     NUMERIC_OPTIONAL,
@@ -28,6 +28,7 @@ from monitor.contract import (
     excerpt,
 )
 from monitor.frame import is_text
+from monitor.schema import Schema
 from monitor.sources import FILE, LINE, OVERSIZE
 
 # Fields whose values are durations: NaN, infinite or negative is `bad_duration`, not a missing value.

@@ -16,6 +16,7 @@ from checks.base import Finding, Trailing, trailing
 from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
 from checks.stats import dispersion
+from monitor import keys
 from monitor.partials import ALL, Partial, merge_all
 from monitor.profile import Profile
 from storage.store import Store
@@ -337,8 +338,8 @@ def history_profile(profile: Profile | None, base: Partial | None) -> Profile | 
         return replace(ref, counts=tuple(hist), n=sum(hist), missing=0)
 
     fields = {f: fp for f, ref in profile.fields.items()
-              if (fp := own(ref, f"len:{f}" if ref.kind == "text" else f)) is not None}
-    scores = {c: fp for c, ref in profile.scores.items() if (fp := own(ref, f"score:{c}")) is not None}
+              if (fp := own(ref, keys.length(f) if ref.kind == "text" else f)) is not None}
+    scores = {c: fp for c, ref in profile.scores.items() if (fp := own(ref, keys.score(c))) is not None}
     return Profile(rows=base.rows, fields=fields, prediction=own(profile.prediction, "prediction"),
                    scores=scores)
 

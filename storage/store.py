@@ -56,6 +56,7 @@ from storage.models import (
     finite_or_none,
     labels_key,
 )
+from storage.rows import PartialRow
 
 log = logging.getLogger(__name__)
 
@@ -150,18 +151,6 @@ class OffsetState:
     cursor: str | None = None
     fingerprint: str | None = None
     size: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PartialRow:
-    """One bucket's partial aggregate for one model version and segment ('' = all rows)."""
-
-    model_version: str
-    bucket_start: datetime
-    bucket_seconds: int
-    segment: str
-    rows: int
-    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)

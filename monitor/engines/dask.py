@@ -31,7 +31,7 @@ from monitor.engines.local import (
     scan_plan,
     stage_columns,
 )
-from storage.store import PartialRow
+from storage.rows import PartialRow
 
 PARTIAL, COUNTS = "partial", "counts"  # the two kinds of result row: one partial, or a partition's counts
 RESULT_COLUMNS = ("kind", "model_version", "bucket_start", "bucket_seconds", "segment", "rows", "payload")

@@ -16,9 +16,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from monitor.config import Limits, Schema
+from monitor.config import Limits
 from monitor.contract import Reason, RecordKind
 from monitor.frame import STAGE_PREFIX
+from monitor.schema import Schema
 from monitor.sources import LINE
 from monitor.validate import validate
 

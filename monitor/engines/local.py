@@ -23,17 +23,19 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from monitor.config import Limits, Schema, Service
+from monitor.config import Limits, Service
 from monitor.contract import RecordKind
 from monitor.engines.dataset import HOUR_FORMAT, PARTITION
 from monitor.frame import ARRIVED, STAGE_PREFIX, join
 from monitor.memory import release_memory
 from monitor.partials import Partial, fold, merge_all, merge_bytes
 from monitor.profile import Profile
+from monitor.schema import Schema
 from monitor.sources import LINE
 from monitor.sources import _flag_oversize as flag_oversize  # the same oversize rule as the file sources
 from monitor.validate import field_kinds, validate
-from storage.store import PartialRow, Store
+from storage.rows import PartialRow
+from storage.store import Store
 
 DEFAULT_PARTITION_ROWS = 250_000  # rows folded at once; bounds a process's peak memory (bench/scale.py)
 BATCH_ROWS = 65_536  # rows decoded at once from a file: a slice is assembled from batches this size

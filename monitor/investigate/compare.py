@@ -11,7 +11,7 @@ import pandas as pd
 from sqlalchemy import func, select
 
 from checks.drift import DriftThreshold, drift, prediction_drift
-from monitor import query
+from monitor import keys, query
 from monitor.config import Constraint, Service
 from monitor.partials import ALL, Partial
 from monitor.profile import Profile
@@ -46,7 +46,7 @@ def version_metrics(store: Store, service: Service, version: str, since: datetim
     part = merged[0][1] if merged else Partial()
     out: dict[str, float | None] = dict(query.partial_metrics(part))
     n = part.rows
-    out["failure_rate"] = (n - part.counts["status:ok"]) / n if n else None
+    out["failure_rate"] = (n - part.counts[keys.OK]) / n if n else None
     with store.transaction() as session:
         # Buckets of each size counted apart: compacted history holds hours or days beside 5-minute buckets.
         served = session.execute(
@@ -59,7 +59,7 @@ def version_metrics(store: Store, service: Service, version: str, since: datetim
     out["serving_hours"] = hours
     out["throughput_rps"] = n / (hours * 3600) if hours else None
     price = service.compare.price(version)
-    ok = part.counts["status:ok"]
+    ok = part.counts[keys.OK]
     out["cost_per_1k"] = price * hours / ok * 1000 if price is not None and ok else None
     if profile is not None and n:
         for f in drift(part, profile, None, DriftThreshold()) + prediction_drift(part, profile, None,

@@ -31,7 +31,7 @@ EVIDENCE_MAX = 12
 SLOWER_RATIO, SLOWER_MIN_MS = 1.2, 2.0  # total p95 during vs before from which "which stage" is asked
 # Label-quality findings score windows of hours or days: those overlapping the incident count, even when
 # they start before it or end after it (labels land late; their windows do not follow the tick's).
-LABEL_CHECKS = ("quality", "acceptance")
+QUALITY_CHECKS = ("quality", "acceptance")
 LABEL_WINDOW_MAX = timedelta(days=7)
 WHOLE = ("all", "macro", "weighted")  # how far before the incident a label-quality window may start
 # A stage whose mean time on cache hits is under this share of its mean on misses is one a hit skips.
@@ -82,7 +82,7 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
     if len(verdicts) == 0:
         verdicts = query.verdicts(store, service, since=first, until=last, model_version=version)
     findings = query.findings(store, service, since=first, until=last, model_version=version)
-    findings = findings[(findings["window_end"] <= pd.Timestamp(last)) & ~findings["check"].isin(LABEL_CHECKS)]
+    findings = findings[(findings["window_end"] <= pd.Timestamp(last)) & ~findings["check"].isin(QUALITY_CHECKS)]
     labelled = _label_findings(store, service, version, first, last)
     if not labelled.empty:  # as records: concat warns on the all-None columns of either frame
         findings = pd.DataFrame(findings.to_dict("records") + labelled.to_dict("records"), columns=findings.columns)
@@ -114,7 +114,7 @@ def _label_findings(store: Store, service: str, version: str | None, first: date
                     ) -> pd.DataFrame:
     """The quality and acceptance findings of `version` whose windows overlap [first, last)."""
     frames = [query.findings(store, service, since=first - LABEL_WINDOW_MAX, until=last, model_version=version,
-                             check=check) for check in LABEL_CHECKS]
+                             check=check) for check in QUALITY_CHECKS]
     found = pd.DataFrame([r for f in frames for r in f.to_dict("records")], columns=frames[0].columns)
     return found[found["window_end"] > pd.Timestamp(first)] if len(found) else found
 

@@ -14,8 +14,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from monitor.config import FileSource, Limits, Schema, Service
+from monitor.config import FileSource, Limits, Service
 from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
+from monitor.schema import Schema
 from monitor.sources import FILE, LINE, open_source
 from monitor.validate import validate
 

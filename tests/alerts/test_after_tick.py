@@ -14,7 +14,7 @@ from sqlalchemy import select
 from monitor.alerts import after_tick
 from monitor.partials import Partial, Sketch, merge_bytes
 from storage.models import AlertState, Incident, Outbox
-from storage.store import PartialRow
+from storage.rows import PartialRow
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 W = timedelta(minutes=15)

@@ -18,7 +18,7 @@ from monitor.config import VerdictAlerts, parse
 from monitor.partials import Partial, Sketch, merge_bytes
 from monitor.verdict import HARMFUL, Evidence, decide
 from storage.models import AlertState, Outbox
-from storage.store import PartialRow
+from storage.rows import PartialRow
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 W = timedelta(minutes=15)

@@ -18,7 +18,7 @@ from monitor.alerts import after_tick
 from monitor.notify import drain
 from monitor.partials import Partial, Sketch, merge_bytes
 from storage.models import Outbox
-from storage.store import PartialRow
+from storage.rows import PartialRow
 
 
 def one_incident(open_store, tmp_path, fake, **slack):

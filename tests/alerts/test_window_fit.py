@@ -15,7 +15,7 @@ from sqlalchemy import select
 from monitor.alerts import after_tick
 from monitor.partials import Partial, Sketch, merge_bytes
 from storage.models import AlertState, Outbox
-from storage.store import PartialRow
+from storage.rows import PartialRow
 
 DAY = datetime(2026, 11, 2, tzinfo=UTC)
 HOUR = timedelta(hours=1)

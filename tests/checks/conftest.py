@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.config import Schema
 from monitor.partials import ALL, Partial, fold, merge_all
 from monitor.profile import Profile
+from monitor.schema import Schema
 
 T0 = pd.Timestamp("2026-03-01T00:00:00Z")
 

@@ -11,9 +11,9 @@ import pytest
 from checks.drift import DriftThreshold, drift, prediction_drift
 from checks.lengths import length_distribution
 from checks.stats import bh, chi2_two_sample, jensen_shannon, psi, wilson
-from monitor.config import Schema
 from monitor.partials import Partial
 from monitor.profile import build_profile
+from monitor.schema import Schema
 
 
 def by_label(findings):

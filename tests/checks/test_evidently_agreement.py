@@ -33,8 +33,8 @@ def evidently_scores(reference: pd.DataFrame, current: pd.DataFrame, column: str
 
 @pytest.fixture(scope="module")
 def data():
-    from monitor.config import Schema
     from monitor.profile import build_profile
+    from monitor.schema import Schema
 
     rng = np.random.default_rng(5)
     schema = Schema(features={"x": "numeric", "c": "categorical"})

@@ -8,8 +8,8 @@ import pandas as pd
 from checks.judge import judge, rows_needed, summary
 from checks.ranges import RateLimit
 from checks.thresholds import range_band
-from monitor.config import Schema
 from monitor.profile import build_profile
+from monitor.schema import Schema
 
 
 def kinds(frame: pd.DataFrame, features: dict[str, str]) -> dict[str, set[str]]:

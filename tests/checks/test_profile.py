@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.config import Schema
 from monitor.profile import MAX_CATEGORIES, N_BINS, Profile, build_profile, profile_for, read_reference
+from monitor.schema import Schema
 
 SCHEMA = Schema(features={"x": "numeric", "c": "categorical", "t": "text"}, classes=["yes", "no"])
 

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 
 from checks.ranges import RateLimit, out_of_range, unseen_categories
-from monitor.config import Schema
 from monitor.partials import Partial
 from monitor.profile import build_profile
+from monitor.schema import Schema
 
 
 def one(findings, field):

@@ -15,9 +15,10 @@ from checks.evaluate import evaluate, thresholds
 from checks.latency import LatencyThreshold, latency
 from checks.routing import HotspotThreshold, hotspot
 from checks.vocabulary import OovThreshold, oov_rate
-from monitor.config import ConfigError, Schema, parse
+from monitor.config import ConfigError, parse
 from monitor.partials import ALL, Partial, fold, merge_all
 from monitor.profile import Profile, build_profile
+from monitor.schema import Schema
 
 
 def find(findings, **labels):

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from monitor import config as config_mod
 from monitor.classes import class_name, class_names
-from monitor.config import ConfigError, Limits, Schema
+from monitor.config import ConfigError, Limits
 from monitor.contract import RecordKind
+from monitor.schema import Schema
 from monitor.sources import LINE
 from monitor.validate import validate
 

@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests_support import v2_bytes
 
-from monitor.config import Schema
 from monitor.partials import (
     ALL,
     BINARY,
@@ -33,6 +32,7 @@ from monitor.partials import (
     merge_bytes,
 )
 from monitor.profile import build_profile
+from monitor.schema import Schema
 
 T0 = pd.Timestamp("2026-03-01T00:00:00Z")
 SCHEMA = Schema(features={"x": "numeric", "c": "categorical", "t": "text"}, signals=["queue_depth"],

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from monitor import query as q
 from monitor import retention
 from monitor.cli import app
-from monitor.config import Schema
 from monitor.investigate.explain import explain
 from monitor.partials import fold, merge_bytes
 from monitor.profile import build_profile
+from monitor.schema import Schema
 from storage.models import Incident, VerdictRow
 from storage.store import Store
 

@@ -14,7 +14,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 
 from storage.models import Base, FindingRow, Tick
-from storage.store import MIGRATIONS_DIR, OffsetState, PartialRow, SchemaError, Store, StoreError
+from storage.rows import PartialRow
+from storage.store import MIGRATIONS_DIR, OffsetState, SchemaError, Store, StoreError
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 # Every table the models declare; the migrations must create exactly these (checked column by column below).
