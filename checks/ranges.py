@@ -56,13 +56,13 @@ def _rate_finding(name: str, labels: dict, k: int, n: int, expected: float | Non
                    detail={**detail, "band": list(band) if band is not None else None})
 
 
-def _history(baseline: Partial | None, keys: tuple[str, ...], name: str) -> tuple[float | None, tuple | None, dict,
+def _history(baseline: Partial | None, count_keys: tuple[str, ...], name: str) -> tuple[float | None, tuple | None, dict,
                                                                                   tuple[int, int] | None]:
-    """The trailing history's rate of `keys` over its present values of `name`, its 95% interval as the
+    """The trailing history's rate of `count_keys` over its present values of `name`, its 95% interval as the
     band, what the detail says, and its (k, n); rate, band and (k, n) None without history."""
     if baseline is None or not baseline.rows:
         return None, None, {"against": "serving_history", "note": "no serving history yet"}, None
-    k = sum(baseline.counts[key] for key in keys)
+    k = sum(baseline.counts[key] for key in count_keys)
     n = baseline.rows - baseline.counts[keys.missing(name)]
     if not n:
         return None, None, {"against": "serving_history", "note": "no value of the field in serving history"}, None

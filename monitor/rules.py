@@ -107,9 +107,9 @@ def measure(objective: Objective, part: Partial, min_n: int | None = None) -> Me
         need = min_n or (int(round(TAIL_SAMPLES / (1 - q))) if q is not None else 30)
         bad = above(sketch, objective.threshold) / sketch.count if sketch.count else None
         return Measure(value, sketch.count, bad, sketch.count >= need and value is not None)
-    keys, denominator = RATES[objective.rate]
+    numerators, denominator = RATES[objective.rate]
     n = part.rows if denominator == "rows" else part.counts[keys.cache_hit()] + part.counts[keys.cache_miss()]
-    value = sum(part.counts[k] for k in keys) / n if n else None
+    value = sum(part.counts[k] for k in numerators) / n if n else None
     bad = None if value is None else (value if objective.op in ("<=", "<") else 1 - value)
     return Measure(value, n, bad, n >= (min_n or 100) and value is not None)
 
