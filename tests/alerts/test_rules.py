@@ -59,6 +59,9 @@ def test_measure_latency_and_rates():
     assert r.value == pytest.approx(0.007) and r.n == 1000 and r.enough
     thin = measure(parse_objective("timeout rate <= 0.5%"), part(50, timeouts=5))
     assert not thin.enough
+    cached = Partial(Counter({"rows": 300, "cache:hit": 60, "cache:miss": 140}))
+    c = measure(parse_objective("cache hit rate >= 50%"), cached)
+    assert c.value == pytest.approx(0.3) and c.n == 200 and c.bad_share == pytest.approx(0.7) and c.enough
 
 
 def loader(parts: dict[timedelta, Partial]):
