@@ -354,12 +354,20 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
         return True, True, {"onset": onset.isoformat()}
     if current is not None and current.verdict == "insufficient_data":
         return None, True, {}
+    breaches = [w.end for w in history if w.verdict in family and w.end <= end]
+    last = max([*breaches, *([last_active_end] if last_active_end else [])], default=None)
     if current is None or current.verdict == "no_data":
-        seen = [w.end for w in history if w.rows > 0 and w.end <= end]
+        # When the traffic went: the last shortest window with requests (a longer window ending later may
+        # hold only requests from before it); the longer ones only when no shortest window had any.
+        seen = [w.end for w in history if w.rows > 0 and w.end <= end and w.end - w.start == shortest] or \
+            [w.end for w in history if w.rows > 0 and w.end <= end]
         gone = max(seen, default=None)
         since = f" since {hm(gone)}" if gone else ""
-        if gone is not None and end - gone < resolve_after * shortest:
-            return False, False, {"clearing": f"no traffic{since}, {(end - gone) // shortest} of {resolve_after} windows"}
+        # Windows without the version's traffic count as clear like its healthy ones: both since the last
+        # breaching window (a version healthy for an hour, then rolled back, is not held for two more).
+        clear = None if gone is None else max((end - (last or gone)) // shortest, 0)
+        if clear is not None and clear < resolve_after:
+            return False, False, {"clearing": f"no traffic{since}, {clear} of {resolve_after} windows"}
         if serving:
             return False, True, {"resolution": f"rolled back: {version} has no traffic{since}, "
                                                f"{', '.join(serving)} serve{'s' if len(serving) == 1 else ''}"}
@@ -368,8 +376,6 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
     if not_back:
         return False, False, {"clearing": "not back within the pre-incident baseline: " + "; ".join(not_back[:3]),
                               "held_end": end.isoformat()}
-    breaches = [w.end for w in history if w.verdict in family and w.end <= end]
-    last = max([*breaches, *([last_active_end] if last_active_end else [])], default=None)
     clear = resolve_after if last is None else max((end - last) // shortest, 0)
     if clear < resolve_after:
         return False, False, {"clearing": f"clear for {clear} of {resolve_after} windows"}

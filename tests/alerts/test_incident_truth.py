@@ -242,6 +242,23 @@ def test_onset_walk_and_lifecycle_are_pure():
     assert (active, resolves) == (False, True) and why["resolution"].startswith("rolled back: v2 has no traffic")
 
 
+def test_windows_without_traffic_count_as_clear_from_the_last_breach():
+    """v2 slower, healthy for one window, then gone (v1 serves): the healthy window and the one without
+    traffic make resolve_after 2; a longer window ending later (its requests are older) does not date
+    when the traffic went."""
+    def win(k, v, length=W, rows=100):
+        return Window(T0 + k * W, T0 + k * W + length, v, rows)
+
+    history = [win(0, "slower"), win(1, "healthy"), win(0, "healthy", 4 * W)]
+    active, resolves, why = lifecycle("v2", None, history, HARMFUL, end=T0 + 3 * W, shortest=W, serving=["v1"],
+                                      resolve_after=2)
+    assert (active, resolves) == (False, True)
+    assert why["resolution"].startswith(f"rolled back: v2 has no traffic since {T0 + 2 * W:%H:%M}")
+    active, resolves, why = lifecycle("v2", None, history, HARMFUL, end=T0 + 3 * W, shortest=W, serving=["v1"],
+                                      resolve_after=3)
+    assert (active, resolves, why) == (False, False, {"clearing": f"no traffic since {T0 + 2 * W:%H:%M}, 2 of 3 windows"})
+
+
 def test_keep_firing_for_of_verdict_alerts_says_what_replaced_it(tmp_path):
     from monitor.config import ConfigError
 
