@@ -25,7 +25,15 @@ from sqlalchemy import select
 from monitor.config import Alerts, Config, Service, VerdictAlerts
 from monitor.notify.slack import render, route
 from monitor.rules import RuleResult, evaluate, partial_loader
-from monitor.verdict import HARMFUL, SERVING_CHECKS, Evidence, Verdict, decide, is_service_regression
+from monitor.verdict import (
+    CONFIRMED_QUALITY,
+    HARMFUL,
+    SERVING_CHECKS,
+    Evidence,
+    Verdict,
+    decide,
+    is_service_regression,
+)
 from monitor.windows import floor_to
 from storage.models import AlertCursor, AlertState, Incident, Outbox, VerdictRow, dumps
 from storage.store import Store, TickRecord, utc
@@ -532,6 +540,33 @@ def eval_windows(service: Service, now: datetime) -> list[tuple[datetime, dateti
     return [(end - size, end) for size, end in ends.items()]
 
 
+def matured_quality(service: Service, store: Store, now: datetime,
+                    lengths: Sequence[tuple[datetime, datetime]]) -> list[tuple[tuple[datetime, datetime], list[dict]]]:
+    """Per quality window length, the newest window whose labels matured (its label coverage says so) that
+    ended within `maturity_horizon` before `now` and before the length's last complete window, with its
+    confirmed quality findings (labelled quality, acceptance, version comparison): labels days late leave
+    the last windows unjudged, and what they confirm about an older window still reaches the alerts."""
+    q = service.quality
+    if q is None:
+        return []
+    last = {b - a: b for a, b in lengths}
+    out = []
+    with store.transaction() as session:
+        coverage = store.load_findings(session, service.name, since=now - q.maturity_horizon - max(q.windows),
+                                       until=now, check="label_coverage")
+        for size in sorted(set(q.windows)):
+            newest = max((f["window_end"] for f in coverage if f["window_end"] - f["window_start"] == size
+                          and (f["labels"] or {}) == {"class": "all"} and (f["detail"] or {}).get("matured")
+                          and now - q.maturity_horizon <= f["window_end"] < last.get(size, now)), default=None)
+            if newest is None:
+                continue
+            found = store.load_findings(session, service.name, since=newest - size,
+                                        until=newest - size + timedelta(microseconds=1))
+            out.append(((newest - size, newest), [f for f in found if f["window_end"] == newest
+                                                  and f["check"] in CONFIRMED_QUALITY]))
+    return out
+
+
 def fit_windows(by_window: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """One finding per check and labels from the findings of windows shortest first: the shortest window's
     that decides (status ok or breach), else the longest window's (`insufficient`, with what it needs)."""
@@ -634,7 +669,10 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
 
     # One verdict per version for its alerts, whichever window lengths decided it: one alert identity per
     # version and verdict, so an incident is not paged once per window length.
-    current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in by_length], lengths,
+    matured = matured_quality(service, store, now, lengths)
+    current = [fitted_verdict([[f for f in found if f["model_version"] == v]
+                               for found in [*by_length, *(found for _, found in matured)]],
+                              [*lengths, *(window for window, _ in matured)],
                               service=name, model_version=v, now=now, versions=versions,
                               accepted_versions=accepted, rule_breaches=rule_evidence if eval_versions == [v] else [])
                for v in sampled]

@@ -101,3 +101,29 @@ def test_alerts_sample_every_window_length(open_store, tmp_path, case):
         needed = {(e["check"], e["labels"].get("quantile")): e.get("needed_n") for e in day_verdict["evidence"]}
         assert needed[("latency", "p95")] == 72 and needed[("acceptance", None)] == 30
         assert "n=5 of 6 needed" in day_verdict["summary"]
+
+
+def test_a_worse_verdict_confirmed_by_labels_days_late_reaches_the_alerts(open_store, tmp_path):
+    """Labels a week late: the last complete day is not judged on quality yet, the day six days back has
+    matured and breaches the recall rule. Within maturity_horizon, that confirmed worse verdict fires, dated
+    to its window."""
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", windows=["1h", "1d"],
+                         quality={"windows": ["1d"], "maturity_horizon": "10d",
+                                  "rules": [{**RECALL, "max_drop": 0.05}]})
+    old = DAY - timedelta(days=6)
+
+    def coverage(matured: bool) -> dict:
+        return {**finding("label_coverage", {"class": "all"}, "ok", 165, 0.97 if matured else 0.1, None),
+                "detail": {"matured": matured}}
+
+    hour = [f for f in window_findings(120, "ok", "insufficient") if f["check"] != "acceptance"]
+    write(open_store(), DAY + 23 * HOUR, DAY + 24 * HOUR, hour, 120)
+    write(open_store(), DAY, DAY + 24 * HOUR, [*window_findings(165, "ok", "insufficient")[:-1], coverage(False)])
+    write(open_store(), old, old + 24 * HOUR, [*window_findings(165, "ok", "breach"), coverage(True)])
+    store = open_store()
+    report = after_tick(config, store, NOW)
+    with store.transaction() as session:
+        [alert] = [r for r in session.scalars(select(AlertState)) if r.alertname == "ModelRegression"]
+    assert alert.state == "firing", report.transitions
+    assert alert.annotations["verdict"] == "worse" and not alert.annotations["estimated"]
+    assert datetime.fromisoformat(alert.annotations["onset"]) == old
