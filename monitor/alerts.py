@@ -547,7 +547,7 @@ def matured_quality(service: Service, store: Store, now: datetime,
     confirmed quality findings (labelled quality, acceptance, version comparison): labels days late leave
     the last windows unjudged, and what they confirm about an older window still reaches the alerts."""
     q = service.quality
-    if q is None:
+    if q is None or not q.windows:
         return []
     last = {b - a: b for a, b in lengths}
     out = []
@@ -593,9 +593,52 @@ def fitted_verdict(by_window: Sequence[Sequence[Mapping[str, Any]]], windows: Se
     return decide(fitted, window_start=start, window_end=end, **kwargs)
 
 
+# Evaluations the alert stage replays after a gap: as many windows as a tick re-scores (MAX_RESCORED).
+CATCH_UP = 12
+
+
 def after_tick(config: Config, store: Store, now: datetime) -> AlertsReport:
-    """Verdicts for newly scored windows, rules, alert states and outbox items at clock `now`."""
+    """Verdicts for newly scored windows, rules, alert states and outbox items at clock `now`; after a gap
+    (a first start on a backlog, a restart, a tick longer than a window) first at each clock a live tick
+    would have evaluated a window no evaluation saw (missed_closes), so an episode inside the gap opens
+    and resolves as it would have live."""
     now = utc(now)
+    report = AlertsReport(now=now.isoformat())
+    for clock in [*missed_closes(config, store, now), now]:
+        step = _evaluate(config, store, clock)
+        report.verdicts += step.verdicts
+        report.transitions += step.transitions
+        report.decisions += step.decisions
+        report.enqueued += step.enqueued
+        report.firing, report.pending = step.firing, step.pending
+    return report
+
+
+def missed_closes(config: Config, store: Store, now: datetime) -> list[datetime]:
+    """The clocks (a window's end plus the join lateness) at which live ticks would have evaluated each
+    service's shortest windows that closed after its last evaluation (on a first start: after the first
+    window a tick scored) and before the window `now` evaluates; the newest CATCH_UP, oldest first."""
+    out: set[datetime] = set()
+    for service in config.services:
+        start, end = eval_windows(service, now)[0]
+        size, lateness = end - start, service.join.lateness
+        with store.transaction() as session:
+            cursor = session.get(AlertCursor, service.name)
+            if cursor is not None:
+                since = utc(cursor.updated_at)
+            else:
+                scored = store.scored_since(session, service.name, 0, now)[0]
+                if not scored:
+                    continue
+                since = min(s for _, s, _ in scored)
+        first = floor_to(since - lateness, size) + size
+        clocks = [e + lateness for e in (first + k * size for k in range(max((end - first) // size, 0)))]
+        out.update(c for c in clocks[-CATCH_UP:] if since < c < now)
+    return sorted(out)
+
+
+def _evaluate(config: Config, store: Store, now: datetime) -> AlertsReport:
+    """after_tick's evaluation at one clock."""
     settings = config.alerts
     report = AlertsReport(now=now.isoformat())
     samples: list[Sample] = []
