@@ -616,24 +616,25 @@ def after_tick(config: Config, store: Store, now: datetime) -> AlertsReport:
 
 def missed_closes(config: Config, store: Store, now: datetime) -> list[datetime]:
     """The clocks (a window's end plus the join lateness) at which live ticks would have evaluated each
-    service's shortest windows that closed after its last evaluation (on a first start: after the first
-    window a tick scored) and before the window `now` evaluates; the newest CATCH_UP, oldest first."""
+    service's shortest windows that closed after its last evaluation (on a first start: from the first
+    shortest window a tick scored) and before the window `now` evaluates; the newest CATCH_UP, oldest
+    first."""
     out: set[datetime] = set()
     for service in config.services:
         start, end = eval_windows(service, now)[0]
         size, lateness = end - start, service.join.lateness
         with store.transaction() as session:
             cursor = session.get(AlertCursor, service.name)
-            if cursor is not None:
-                since = utc(cursor.updated_at)
+            if cursor is not None:  # the window after the one its last evaluation saw
+                first = floor_to(utc(cursor.updated_at) - lateness, size) + size
             else:
-                scored = store.scored_since(session, service.name, 0, now)[0]
+                # The first window of the shortest length scored: a longer one may start before any data.
+                scored = [s for _, s, e in store.scored_since(session, service.name, 0, now)[0] if e - s == size]
                 if not scored:
                     continue
-                since = min(s for _, s, _ in scored)
-        first = floor_to(since - lateness, size) + size
-        clocks = [e + lateness for e in (first + k * size for k in range(max((end - first) // size, 0)))]
-        out.update(c for c in clocks[-CATCH_UP:] if since < c < now)
+                first = min(scored) + size
+        ends = [first + k * size for k in range(max((end - first) // size, 0))]
+        out.update(e + lateness for e in ends[-CATCH_UP:] if e + lateness < now)
     return sorted(out)
 
 

@@ -18,6 +18,7 @@ from storage.store import PartialRow
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 W = timedelta(minutes=15)
+HOUR = timedelta(hours=1)
 
 
 def at(k: int) -> datetime:
@@ -131,6 +132,9 @@ def test_an_episode_inside_a_backlog_opens_and_resolves_as_it_would_have_live(op
     for k, shape in enumerate(SLOWER_EPISODE):
         write_window(store, k, shape)
     with store.transaction() as session:
+        # A longer window the tick scored starts before any data: no window before T0 is evaluated.
+        store.upsert_findings(session, [{**shape_findings("healthy")[0], "service": "churn", "model_version": "v2",
+                                         "window_start": T0 - 4 * HOUR, "window_end": T0 + 4 * HOUR}])
         session.execute(update(FindingRow).values(tick_id=tick))
     report = after_tick(config, open_store(), at(10))
     with open_store().transaction() as session:
