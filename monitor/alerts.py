@@ -387,12 +387,20 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
         return True, True, {"onset": onset.isoformat()}
     if current is not None and current.verdict == "insufficient_data":
         return None, True, {}
+    breaches = [w.end for w in history if w.verdict in family and w.end <= end]
+    last = max([*breaches, *([last_active_end] if last_active_end else [])], default=None)
     if current is None or current.verdict == "no_data":
-        seen = [w.end for w in history if w.rows > 0 and w.end <= end]
+        # When the traffic went: the last shortest window with requests (a longer window ending later may
+        # hold only requests from before it); the longer ones only when no shortest window had any.
+        seen = [w.end for w in history if w.rows > 0 and w.end <= end and w.end - w.start == shortest] or \
+            [w.end for w in history if w.rows > 0 and w.end <= end]
         gone = max(seen, default=None)
         since = f" since {hm(gone)}" if gone else ""
-        if gone is not None and end - gone < resolve_after * shortest:
-            return False, False, {"clearing": f"no traffic{since}, {(end - gone) // shortest} of {resolve_after} windows"}
+        # Windows without the version's traffic count as clear like its healthy ones: both since the last
+        # breaching window (a version healthy for an hour, then rolled back, is not held for two more).
+        clear = None if gone is None else max((end - (last or gone)) // shortest, 0)
+        if clear is not None and clear < resolve_after:
+            return False, False, {"clearing": f"no traffic{since}, {clear} of {resolve_after} windows"}
         if serving:
             return False, True, {"resolution": f"rolled back: {version} has no traffic{since}, "
                                                f"{', '.join(serving)} serve{'s' if len(serving) == 1 else ''}"}
@@ -401,8 +409,6 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
     if not_back:
         return False, False, {"clearing": "not back within the pre-incident baseline: " + "; ".join(not_back[:3]),
                               "held_end": end.isoformat()}
-    breaches = [w.end for w in history if w.verdict in family and w.end <= end]
-    last = max([*breaches, *([last_active_end] if last_active_end else [])], default=None)
     clear = resolve_after if last is None else max((end - last) // shortest, 0)
     if clear < resolve_after:
         return False, False, {"clearing": f"clear for {clear} of {resolve_after} windows"}
@@ -559,6 +565,33 @@ def eval_windows(service: Service, now: datetime) -> list[tuple[datetime, dateti
     return [(end - size, end) for size, end in ends.items()]
 
 
+def matured_quality(service: Service, store: Store, now: datetime,
+                    lengths: Sequence[tuple[datetime, datetime]]) -> list[tuple[tuple[datetime, datetime], list[dict]]]:
+    """Per quality window length, the newest window whose labels matured (its label coverage says so) that
+    ended within `maturity_horizon` before `now` and before the length's last complete window, with its
+    confirmed quality findings (labelled quality, acceptance, version comparison): labels days late leave
+    the last windows unjudged, and what they confirm about an older window still reaches the alerts."""
+    q = service.quality
+    if q is None or not q.windows:
+        return []
+    last = {b - a: b for a, b in lengths}
+    out = []
+    with store.transaction() as session:
+        coverage = store.load_findings(session, service.name, since=now - q.maturity_horizon - max(q.windows),
+                                       until=now, check="label_coverage")
+        for size in sorted(set(q.windows)):
+            newest = max((f["window_end"] for f in coverage if f["window_end"] - f["window_start"] == size
+                          and (f["labels"] or {}) == {"class": "all"} and (f["detail"] or {}).get("matured")
+                          and now - q.maturity_horizon <= f["window_end"] < last.get(size, now)), default=None)
+            if newest is None:
+                continue
+            found = store.load_findings(session, service.name, since=newest - size,
+                                        until=newest - size + timedelta(microseconds=1))
+            out.append(((newest - size, newest), [f for f in found if f["window_end"] == newest
+                                                  and f["check"] in CONFIRMED_QUALITY]))
+    return out
+
+
 def fit_windows(by_window: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """One finding per check and labels from the findings of windows shortest first: the shortest window's
     that decides (status ok or breach), else the longest window's (`insufficient`, with what it needs)."""
@@ -585,9 +618,53 @@ def fitted_verdict(by_window: Sequence[Sequence[Mapping[str, Any]]], windows: Se
     return decide(fitted, window_start=start, window_end=end, **kwargs)
 
 
+# Evaluations the alert stage replays after a gap: as many windows as a tick re-scores (MAX_RESCORED).
+CATCH_UP = 12
+
+
 def after_tick(config: Config, store: Store, now: datetime) -> AlertsReport:
-    """Verdicts for newly scored windows, rules, alert states and outbox items at clock `now`."""
+    """Verdicts for newly scored windows, rules, alert states and outbox items at clock `now`; after a gap
+    (a first start on a backlog, a restart, a tick longer than a window) first at each clock a live tick
+    would have evaluated a window no evaluation saw (missed_closes), so an episode inside the gap opens
+    and resolves as it would have live."""
     now = utc(now)
+    report = AlertsReport(now=now.isoformat())
+    for clock in [*missed_closes(config, store, now), now]:
+        step = _evaluate(config, store, clock)
+        report.verdicts += step.verdicts
+        report.transitions += step.transitions
+        report.decisions += step.decisions
+        report.enqueued += step.enqueued
+        report.firing, report.pending = step.firing, step.pending
+    return report
+
+
+def missed_closes(config: Config, store: Store, now: datetime) -> list[datetime]:
+    """The clocks (a window's end plus the join lateness) at which live ticks would have evaluated each
+    service's shortest windows that closed after its last evaluation (on a first start: from the first
+    shortest window a tick scored) and before the window `now` evaluates; the newest CATCH_UP, oldest
+    first."""
+    out: set[datetime] = set()
+    for service in config.services:
+        start, end = eval_windows(service, now)[0]
+        size, lateness = end - start, service.join.lateness
+        with store.transaction() as session:
+            cursor = session.get(AlertCursor, service.name)
+            if cursor is not None:  # the window after the one its last evaluation saw
+                first = floor_to(utc(cursor.updated_at) - lateness, size) + size
+            else:
+                # The first window of the shortest length scored: a longer one may start before any data.
+                scored = [s for _, s, e in store.scored_since(session, service.name, 0, now)[0] if e - s == size]
+                if not scored:
+                    continue
+                first = min(scored) + size
+        ends = [first + k * size for k in range(max((end - first) // size, 0))]
+        out.update(e + lateness for e in ends[-CATCH_UP:] if e + lateness < now)
+    return sorted(out)
+
+
+def _evaluate(config: Config, store: Store, now: datetime) -> AlertsReport:
+    """after_tick's evaluation at one clock."""
     settings = config.alerts
     report = AlertsReport(now=now.isoformat())
     samples: list[Sample] = []
@@ -667,8 +744,10 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
 
     # One verdict per version for its alerts, whichever window lengths decided it: one alert identity per
     # version and verdict, so an incident is not paged once per window length.
-    matured = _matured(store, service, lengths, by_length)
-    current = [fitted_verdict([[f for f in found if f["model_version"] == v] for found in matured], lengths,
+    matured = matured_quality(service, store, now, lengths)
+    current = [fitted_verdict([[f for f in found if f["model_version"] == v]
+                               for found in [*by_length, *(found for _, found in matured)]],
+                              [*lengths, *(window for window, _ in matured)],
                               service=name, model_version=v, now=now, versions=versions,
                               accepted_versions=accepted,
                               rule_breaches=rule_evidence if eval_versions == [v] else [],
@@ -710,37 +789,6 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
                                          "errors": errors[:10], "window_start": start.isoformat(),
                                          "window_end": end.isoformat(), "digest": dumps(errors[:10])}))
     return samples
-
-
-def _matured(store: Store, service: Service, lengths: Sequence[tuple[datetime, datetime]],
-             by_length: Sequence[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
-    """The findings of the last complete windows (`by_length`, one list per window of `lengths`) with, on
-    each quality window length, every label-based quality finding its last window does not decide taken
-    from the newest earlier window of that length that does (within `quality.maturity_horizon`): labels
-    mature after their window was first scored, and the newest figure they decided is what is known."""
-    if service.quality is None:
-        return list(by_length)
-    out = []
-    for (start, end), found in zip(lengths, by_length, strict=True):
-        if end - start not in service.quality.windows:
-            out.append(found)
-            continue
-
-        def key(f: Mapping[str, Any]) -> tuple:
-            return f["model_version"], f["check"], dumps(dict(f.get("labels") or {}))
-
-        decided = {key(f) for f in found if f["status"] in ("ok", "breach")}
-        newest: dict[tuple, dict[str, Any]] = {}
-        with store.transaction() as session:
-            for check in CONFIRMED_QUALITY:
-                since = end - service.quality.maturity_horizon
-                for f in store.load_findings(session, service.name, since=since, until=start, check=check):
-                    # Oldest first: the newest decided one stays.
-                    if (f["window_end"] - f["window_start"] == end - start and f["status"] in ("ok", "breach")
-                            and not (f.get("detail") or {}).get("estimated") and key(f) not in decided):
-                        newest[key(f)] = f
-        out.append([f for f in found if key(f) not in newest] + list(newest.values()))
-    return out
 
 
 def _signals(verdict: str, evidence: Sequence[Any]) -> set[tuple]:

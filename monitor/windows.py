@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from checks.base import Finding, Trailing, trailing
+from checks.base import REGISTRY, Finding, Trailing, trailing
 from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
 from checks.stats import dispersion
@@ -27,6 +27,7 @@ BASELINES = ("trailing_24h", "same_hour_7d")  # config `baseline`: the 24 h befo
 SAME_HOUR_DAYS = 7
 HISTOGRAM_CHECKS = ("drift", "prediction_drift", "length_distribution")
 MAX_RESCORED = 12  # closed windows per length re-scored for late rows in one tick; older ones wait for backfill
+RUN_LOOKBACK = timedelta(days=7)  # how far back a run of breaching windows scored by earlier ticks is read
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,16 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     checks' serving-history comparisons use instead of the trailing baseline. The windows are scored,
     and returned, in order of start (they share what they read).
 
-    A backlog scored in one call holds its own ground too: once a version's all-traffic window breaches,
-    its later windows of that length are compared with the history before that window, until one comes
-    back clean (a regression never becomes its own baseline before an incident holds it)."""
+    A regression holds its own ground too: once a version's all-traffic window breaches, its later windows
+    of that length are compared with the history before that window, until one comes back clean (a
+    regression never becomes its own baseline before an incident holds it), whether the windows are scored
+    in one call (a backlog) or by successive ticks (the run is read from the stored findings)."""
     anchors = anchors or Anchors()
     out: list[Scored] = []
     held, blocks, frozen = _Held(store, service), _Blocks(), _Frozen(store, service)
     served = accepted_history(store, service, accepted) if accepted is not None else None
     breached: dict[tuple[str, timedelta], datetime] = {}  # (version, length) -> its first breaching window
+    stored = _StoredRuns(store, service)
     for start, end in sorted(windows):
         ranges = baseline_ranges(start, end, baseline_kind, anchors.lag)
         blocks.forget(ranges[0][0])  # windows come in order of start: no later one reaches back past this
@@ -156,7 +159,10 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
         for (version, segment), parts in sorted(window.items()):
             merged = _clumps(parts, blocks.merge(parts, [(start, end)]))
             ends = anchors.anchors_of(version, start, end - start)
-            provisional = breached.get((version, end - start))
+            key = (version, end - start)
+            if key not in breached and (run := stored.first(version, start, end - start)) is not None:
+                breached[key] = run
+            provisional = breached.get(key)
             if provisional is not None:
                 ends = sorted({*ends, provisional})
             base, good = None, anchors.accepted_versions(start) if ends else frozenset()
@@ -198,6 +204,32 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
 
 
 _Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segment, the decoded partial
+
+
+class _StoredRuns:
+    """The runs of breaching all-traffic windows that earlier ticks scored, read once per (version, length)
+    in one score() call: the window checks' stored breaches in the RUN_LOOKBACK before its first window."""
+
+    def __init__(self, store: Store, service: str) -> None:
+        self.store, self.service = store, service
+        self.read: set[tuple[str, timedelta]] = set()
+
+    def first(self, version: str, start: datetime, size: timedelta) -> datetime | None:
+        """The first window of the unbroken run of breaching windows of `version` and length `size` that
+        ends at `start`; None when the window before `start` did not breach, or on a later call for the
+        same version and length (the call's own windows carry the run on from there)."""
+        if (version, size) in self.read:
+            return None
+        self.read.add((version, size))
+        with self.store.transaction() as session:
+            found = self.store.load_findings(session, self.service, since=start - RUN_LOOKBACK, until=start,
+                                             model_version=version, status="breach")
+        starts = {f["window_start"] for f in found if f["window_end"] - f["window_start"] == size
+                  and f["check"] in REGISTRY and "segment" not in (f["labels"] or {})}
+        first = None
+        while start - size in starts:
+            first = start = start - size
+        return first
 
 
 def _clumps(parts: list[_Row], merged: Partial) -> Trailing:
@@ -265,8 +297,9 @@ class _Frozen:
     def baseline(self, ranges: list[tuple[datetime, datetime]], version: str | None, accepted: frozenset[str],
                  segment: str, needed: int, blocks: _Blocks) -> Partial | None:
         """The merged history of `segment` in `ranges`: of `version` (accepted: its own history), else of
-        the `accepted` versions, else of every version -- the first with at least `needed` rows; None
-        when none has (the caller falls back to the trailing baseline)."""
+        the `accepted` versions, else of every version -- the first with at least `needed` rows, else the
+        first with at least half as many; None when none has (the caller falls back to the trailing
+        baseline)."""
         key = tuple(ranges)
         if key not in self.rows:
             if len(self.rows) >= self.KEEP:  # the oldest range, and its merges (a long backfill sees many)
@@ -274,6 +307,7 @@ class _Frozen:
                 del self.rows[gone]
                 self.merged = {k: v for k, v in self.merged.items() if k[0] != gone}
             self.rows[key] = [r for a, b in ranges for r in _load(self.store, self.service, a, b)]
+        fallback = None
         for versions in ([version] if version is not None else sorted(accepted), None):
             choice = (key, segment, None if versions is None else tuple(versions))
             if choice not in self.merged:
@@ -284,7 +318,11 @@ class _Frozen:
             n, base = self.merged[choice]
             if n >= needed and n:
                 return base
-        return None
+            if fallback is None and n and 2 * n >= needed:
+                fallback = base
+        # A window as long as the history it is held at (a day's window, a day's baseline) has about as
+        # many rows as it, one day fewer: the held history still beats a trailing one holding the regression.
+        return fallback
 
 
 BLOCK = timedelta(hours=1)

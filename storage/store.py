@@ -719,9 +719,10 @@ class Store:
         until: datetime | None = None,
         check: str | None = None,
         model_version: str | None = None,
+        status: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Findings of `service` with window_start in [since, until), oldest first, as dicts with the
-        keys upsert_findings takes plus id; empty if none."""
+        """Findings of `service` with window_start in [since, until) (and `status`, when given), oldest
+        first, as dicts with the keys upsert_findings takes plus id; empty if none."""
         fields = ("id",) + FINDING_REQUIRED + FINDING_OPTIONAL
         # Columns, not ORM objects: a tick reads thousands of findings and only needs their values.
         query = select(*(getattr(FindingRow, name) for name in fields)).where(FindingRow.service == service)
@@ -733,6 +734,8 @@ class Store:
             query = query.where(FindingRow.check == check)
         if model_version is not None:
             query = query.where(FindingRow.model_version == model_version)
+        if status is not None:
+            query = query.where(FindingRow.status == status)
         query = query.order_by(
             FindingRow.window_start, FindingRow.window_end, FindingRow.check, FindingRow.model_version,
             FindingRow.labels_key,

@@ -9,15 +9,16 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 from alerts_support import make_config
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from monitor.alerts import after_tick
 from monitor.partials import Partial, Sketch, merge_bytes
-from storage.models import AlertState, Incident, Outbox
+from storage.models import AlertState, FindingRow, Incident, Outbox
 from storage.rows import PartialRow
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 W = timedelta(minutes=15)
+HOUR = timedelta(hours=1)
 
 
 def at(k: int) -> datetime:
@@ -115,6 +116,33 @@ def test_slower_episode_pages_once_and_resolves_across_restarts(open_store, tmp_
     assert slower["evidence"][0]["check"] == "latency" and slower["evidence"][0]["n"] == 300
     post = outbox(store)[0][1]
     assert post == f"incident:{inc['id']}:rev:1:post"
+
+
+@pytest.mark.parametrize("gap", ["first start", "restart"])
+def test_an_episode_inside_a_backlog_opens_and_resolves_as_it_would_have_live(open_store, tmp_path, gap):
+    """The whole slower episode lies in windows one tick scored (a first start on a backlog, or a restart
+    after the daemon was down): the alert stage evaluates each window as live ticks would have, and the
+    incident has the live onset, opening and resolve."""
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", alerts={"verdict": {"for": "15m"}})
+    if gap == "restart":
+        after_tick(config, open_store(), at(1))  # the last tick before the daemon went down
+    store = open_store()
+    with store.transaction() as session:
+        tick = store.start_tick(session, "churn", at(10))
+    for k, shape in enumerate(SLOWER_EPISODE):
+        write_window(store, k, shape)
+    with store.transaction() as session:
+        # A longer window the tick scored starts before any data: no window before T0 is evaluated.
+        store.upsert_findings(session, [{**shape_findings("healthy")[0], "service": "churn", "model_version": "v2",
+                                         "window_start": T0 - 4 * HOUR, "window_end": T0 + 4 * HOUR}])
+        session.execute(update(FindingRow).values(tick_id=tick))
+    report = after_tick(config, open_store(), at(10))
+    with open_store().transaction() as session:
+        incidents = open_store().load_incidents(session, "churn")
+    assert len(incidents) == 1, report.transitions
+    inc = incidents[0]
+    assert (inc["status"], inc["verdict"], inc["first_window_start"]) == ("resolved", "slower", T0 + 2 * W)
+    assert (inc["opened_at"], inc["resolved_at"]) == (at(4), at(8))
 
 
 def test_restart_in_the_middle_of_pending_keeps_the_timer(open_store, tmp_path):

@@ -113,16 +113,19 @@ def test_the_incident_dates_from_the_first_breaching_window(open_store, tmp_path
     assert "2026-11-02 12:30 UTC" in since
 
 
-@pytest.mark.parametrize("shapes,onset", [
-    (["slower", "healthy", "slower"], 0),  # one clear window: a flap live, one episode
-    (["cache", "healthy", "healthy", "slower"], 3),  # resolve_after clear windows back to baseline: two
-    (["cache", "learnt", "learnt", "slower"], 0),  # clear verdicts, but the hit rate never came back
+@pytest.mark.parametrize("shapes,onsets", [
+    (["slower", "healthy", "slower"], [0]),  # one clear window: a flap live, one episode
+    (["cache", "healthy", "healthy", "slower"], [0, 3]),  # resolve_after clear windows back to baseline: two
+    (["cache", "learnt", "learnt", "slower"], [0]),  # clear verdicts, but the hit rate never came back
 ])
-def test_a_backlog_dates_the_onset_as_live_would_have(open_store, tmp_path, shapes, onset):
+def test_a_backlog_dates_the_onset_as_live_would_have(open_store, tmp_path, shapes, onsets):
+    """Every window scored by one tick: the incidents live ticks would have had, each from its onset."""
     config = make_config(tmp_path, alerts={"group_wait": "0s"})
     write(open_store(), dict(enumerate(shapes)))
     after_tick(config, open_store(), at(len(shapes)))
-    assert incident(open_store())["first_window_start"] == T0 + onset * W
+    with open_store().transaction() as session:
+        found = sorted(open_store().load_incidents(session, "churn"), key=lambda i: i["opened_at"])
+    assert [i["first_window_start"] for i in found] == [T0 + k * W for k in onsets]
 
 
 def test_a_backfill_moves_the_onset_back(open_store, tmp_path):
@@ -271,6 +274,23 @@ def test_onset_walk_and_lifecycle_are_pure():
     active, resolves, why = lifecycle("v2", None, history, HARMFUL, end=T0 + 8 * W, shortest=W, serving=["v1"],
                                       resolve_after=2)
     assert (active, resolves) == (False, True) and why["resolution"].startswith("rolled back: v2 has no traffic")
+
+
+def test_windows_without_traffic_count_as_clear_from_the_last_breach():
+    """v2 slower, healthy for one window, then gone (v1 serves): the healthy window and the one without
+    traffic make resolve_after 2; a longer window ending later (its requests are older) does not date
+    when the traffic went."""
+    def win(k, v, length=W, rows=100):
+        return Window(T0 + k * W, T0 + k * W + length, v, rows)
+
+    history = [win(0, "slower"), win(1, "healthy"), win(0, "healthy", 4 * W)]
+    active, resolves, why = lifecycle("v2", None, history, HARMFUL, end=T0 + 3 * W, shortest=W, serving=["v1"],
+                                      resolve_after=2)
+    assert (active, resolves) == (False, True)
+    assert why["resolution"].startswith(f"rolled back: v2 has no traffic since {T0 + 2 * W:%H:%M}")
+    active, resolves, why = lifecycle("v2", None, history, HARMFUL, end=T0 + 3 * W, shortest=W, serving=["v1"],
+                                      resolve_after=3)
+    assert (active, resolves, why) == (False, False, {"clearing": f"no traffic since {T0 + 2 * W:%H:%M}, 2 of 3 windows"})
 
 
 def test_keep_firing_for_of_verdict_alerts_says_what_replaced_it(tmp_path):

@@ -103,23 +103,30 @@ def test_alerts_sample_every_window_length(open_store, tmp_path, case):
         assert "n=5 of 6 needed" in day_verdict["summary"]
 
 
+def coverage(matured: bool, n: int = 165) -> dict:
+    """The label coverage finding of a quality window, its labels matured or not."""
+    return {**finding("label_coverage", {"class": "all"}, "ok", n, 0.97 if matured else 0.1, None),
+            "detail": {"matured": matured}}
+
+
 def test_labels_that_mature_late_reach_the_alert(open_store, tmp_path):
     """The recall of 10:00-11:00 breaches once its labels matured, at 13:10, while the last hour's labels
-    are not in yet: the newest hour that decides recall speaks for it, so the breach alerts (since 10:00);
+    are not in yet: the newest hour whose labels matured speaks for it, so the breach alerts (since 10:00);
     the 11:00 hour maturing clear resolves it."""
     config = make_config(tmp_path, windows=["15m"], quality={"windows": ["1h"], "rules": [{**RECALL, "max_drop": 0.05}]})
     at = DAY + 10 * HOUR
     quarter = timedelta(minutes=15)
     healthy = [f for f in window_findings(120, "ok", "ok") if f["check"] == "latency"]
     write(open_store(), at + 3 * HOUR - quarter, at + 3 * HOUR, healthy, 120)
-    write(open_store(), at + 2 * HOUR, at + 3 * HOUR, window_findings(5, "insufficient", "insufficient"))
-    write(open_store(), at, at + HOUR, window_findings(900, "ok", "breach"))
+    write(open_store(), at + 2 * HOUR, at + 3 * HOUR,
+          [*window_findings(5, "insufficient", "insufficient"), coverage(False, 5)])
+    write(open_store(), at, at + HOUR, [*window_findings(900, "ok", "breach"), coverage(True, 900)])
     after_tick(config, open_store(), at + 3 * HOUR + timedelta(minutes=10))
     alert = regression(open_store())
     assert (alert.state, alert.annotations.get("verdict")) == ("firing", "worse"), alert.annotations.get("summary")
     assert datetime.fromisoformat(alert.annotations["onset"]) == at
     write(open_store(), at + 3 * HOUR, at + 3 * HOUR + quarter, healthy, 120)
-    write(open_store(), at + HOUR, at + 2 * HOUR, window_findings(900, "ok", "ok"))
+    write(open_store(), at + HOUR, at + 2 * HOUR, [*window_findings(900, "ok", "ok"), coverage(True, 900)])
     after_tick(config, open_store(), at + 3 * HOUR + timedelta(minutes=25))
     alert = regression(open_store())
     assert alert.state == "resolved" and alert.annotations["resolution"].startswith("fixed")
@@ -130,3 +137,24 @@ def regression(store) -> AlertState:
         [row] = [r for r in session.scalars(select(AlertState)) if r.alertname == "ModelRegression"]
         session.expunge(row)
     return row
+
+
+def test_a_worse_verdict_confirmed_by_labels_days_late_reaches_the_alerts(open_store, tmp_path):
+    """Labels a week late: the last complete day is not judged on quality yet, the day six days back has
+    matured and breaches the recall rule. Within maturity_horizon, that confirmed worse verdict fires, dated
+    to its window."""
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", windows=["1h", "1d"],
+                         quality={"windows": ["1d"], "maturity_horizon": "10d",
+                                  "rules": [{**RECALL, "max_drop": 0.05}]})
+    old = DAY - timedelta(days=6)
+    hour = [f for f in window_findings(120, "ok", "insufficient") if f["check"] != "acceptance"]
+    write(open_store(), DAY + 23 * HOUR, DAY + 24 * HOUR, hour, 120)
+    write(open_store(), DAY, DAY + 24 * HOUR, [*window_findings(165, "ok", "insufficient")[:-1], coverage(False)])
+    write(open_store(), old, old + 24 * HOUR, [*window_findings(165, "ok", "breach"), coverage(True)])
+    store = open_store()
+    report = after_tick(config, store, NOW)
+    with store.transaction() as session:
+        [alert] = [r for r in session.scalars(select(AlertState)) if r.alertname == "ModelRegression"]
+    assert alert.state == "firing", report.transitions
+    assert alert.annotations["verdict"] == "worse" and not alert.annotations["estimated"]
+    assert datetime.fromisoformat(alert.annotations["onset"]) == old

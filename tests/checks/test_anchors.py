@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from monitor.partials import ALL, fold, merge_bytes
-from monitor.windows import Anchors, baseline_ranges, score
+from monitor.windows import Anchors, baseline_ranges, score, store_scored
 
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
 DEPLOY = datetime(2026, 3, 8, 12, tzinfo=UTC)
@@ -121,6 +121,35 @@ def test_a_backlog_scored_in_one_call_holds_the_baseline_before_its_first_breach
     back = [together[DEPLOY + h * HOUR] for h in range(16, 19)]
     assert [f.status for f in back] == ["ok"] * 3
     assert back[1].detail["baseline_n"] == 24 * 200 and back[1].baseline > 15  # the trailing day again
+
+
+def test_windows_scored_by_successive_ticks_hold_the_baseline_before_their_first_breach(store):
+    """Live, one window a tick, before any incident opens: the run of breaching windows the earlier ticks
+    stored holds the baseline as a backlog scored in one call does."""
+    same_version_fault(store, hours=16, after=3)
+    got = {}
+    for h in range(19):
+        scored = score(store, "svc", None, [(DEPLOY + h * HOUR, DEPLOY + (h + 1) * HOUR)])
+        store_scored(store, "svc", scored, None)
+        got |= p50(scored)
+    assert all(got[DEPLOY + h * HOUR].status == "breach" for h in range(16))
+    assert got[DEPLOY + 15 * HOUR].detail["baseline_n"] == 24 * 200
+    assert [got[DEPLOY + h * HOUR].status for h in range(16, 19)] == ["ok"] * 3
+
+
+def test_a_days_window_is_held_at_the_day_before_a_run_with_fewer_rows_than_it(store):
+    """Daily windows on a 24 h baseline: the day held is about the window's size, here a little smaller;
+    it still holds, rather than the trailing day that is the regression."""
+    day0 = datetime(2026, 3, 9, tzinfo=UTC)
+    stored(store, [hour_of(day0 - h * HOUR, 10.0) for h in range(1, 25)]
+           + [hour_of(day0 + h * HOUR, 30.0) for h in range(24)]
+           + [hour_of(day0 + h * HOUR, 30.0, n=220) for h in range(24, 48)])
+    for k in range(2):
+        scored = score(store, "svc", None, [(day0 + k * DAY, day0 + (k + 1) * DAY)])
+        store_scored(store, "svc", scored, None)
+    second = p50(scored)[day0 + DAY]
+    assert second.status == "breach" and second.baseline == pytest.approx(10, rel=0.1)
+    assert second.detail["baseline_n"] == 24 * 200 < second.n
 
 
 def test_a_lagged_trailing_baseline_catches_a_slow_drift(store):
