@@ -105,7 +105,7 @@ def test_a_quiet_window_needs_its_psi_interval_above_the_band():
     from monitor.profile import FieldProfile
 
     # A 1,409-row reference of a class score on its deciles; a night window of 236 requests from a healthy
-    # week: chi-square p 0.00027, PSI 0.151 above the floor and the band (0.11), yet its interval reaches
+    # week: chi-square p 0.0002, PSI 0.151 above the floor and the band (0.11), yet its interval reaches
     # down to 0.04 -- a chance ripple, not a shift the verdict may call worse.
     reference = (140, 142, 141, 141, 140, 141, 141, 141, 141, 141)
     score = FieldProfile("numeric", sum(reference), 0, reference, edges=tuple(range(9)))
