@@ -17,11 +17,11 @@ from monitor.profile import FieldProfile, Profile
 @dataclass(frozen=True)
 class DriftThreshold:
     """Breach when the chi-square p-value (Benjamini-Hochberg across the check's fields) is below `alpha`
-    and PSI is at least `psi_floor` and above the band: on large windows a tiny, significant shift is
-    not drift.
+    and PSI is at least `psi_floor` and, with its 95% interval, above the band: on large windows a tiny,
+    significant shift is not drift, and on small ones a PSI whose interval reaches into the noise is not.
 
-    band `learned`: PSI must also exceed the mean + `band_sd` sd of PSI over `runs` resamples of the
-    reference (a window of the window's size and a reference of its own size, both drawn from the
+    band `learned`: PSI's interval must lie above the mean + `band_sd` sd of PSI over `runs` resamples of
+    the reference (a window of the window's size and a reference of its own size, both drawn from the
     reference histogram; seeded by `seed`): what a reference this small scores against itself.
     baseline `serving_history`: every field is compared with the trailing history's histogram instead of
     the reference's; degenerate `serving_history`: a field constant in the reference is.
@@ -42,8 +42,9 @@ def histogram_findings(name: str, pairs: list[tuple[dict, FieldProfile, tuple[in
                        params: DriftThreshold, baseline: Partial | None = None) -> list[Finding]:
     """One finding per (labels, reference, window histogram, histogram key): value = PSI with its 95%
     bootstrap interval, effect = Jensen-Shannon distance, p_value = BH-adjusted chi-square p over the
-    findings with enough samples; `detail.shifted`: significant and above the band whatever its size (the
-    psi_floor aside), what an open episode holds on. The chi-square is divided by the trailing baseline's
+    findings with enough samples. `detail.shifted`: significant with PSI above the band, whatever its size
+    or interval (what an open episode holds on); a breach also needs PSI at `psi_floor` and the low end of
+    its interval above the band. The chi-square is divided by the trailing baseline's
     dispersion of that histogram (`detail.dispersion`): repeated requests make a window's histogram vary
     more than its row count says. A field compared with serving history (see DriftThreshold) without any is 'insufficient'."""
     rows = []
@@ -69,15 +70,19 @@ def histogram_findings(name: str, pairs: list[tuple[dict, FieldProfile, tuple[in
             out.append(Finding(name, labels, None, "insufficient", n, detail={**against, "window": list(hist)}))
             continue
         band = _band(ref.counts, c.n, params)
-        low, high = psi_interval(ref.counts, hist, params.runs, params.seed) if math.isfinite(c.psi) else (0.0, 0.0)
+        finite = math.isfinite(c.psi)
+        low, high = psi_interval(ref.counts, hist, params.runs, params.seed) if finite else (0.0, 0.0)
         p = adjusted.get(i)
         shifted = p is not None and p < params.alpha and c.psi >= band[1]
         if p is None:
             status = "insufficient"
         else:
-            status = "breach" if shifted and c.psi >= params.psi_floor else "ok"
+            # The low end of PSI's interval, not PSI alone, must clear the band: a quiet night window's few
+            # values put PSI above the band by chance, and a week of windows holds one that passes alpha too.
+            edge = low if finite else c.psi
+            status = "breach" if shifted and c.psi >= params.psi_floor and edge >= band[1] else "ok"
         out.append(Finding(name, labels, _finite(c.psi), status, c.n, baseline=0.0, effect=_finite(c.js), p_value=p,
-                           interval=(low, high) if math.isfinite(c.psi) else None,
+                           interval=(low, high) if finite else None,
                            detail={"js": c.js, "chi2": c.chi2, "p_raw": c.p_value, "dispersion": phi, "bins": ref.bins,
                                    "band": list(band), "reference": list(ref.counts), "window": list(hist),
                                    "shifted": shifted, **against}))

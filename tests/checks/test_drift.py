@@ -111,3 +111,24 @@ def test_sparse_bins_are_pooled_before_the_chi_square():
     assert chi2_two_sample([500, 500, 0], [30, 10, 1])[1] == pytest.approx(
         stats.chi2_contingency([[500, 500], [30, 11]], correction=False).pvalue)
     assert chi2_two_sample([1000, 1], [2, 1]) == (0.0, 1.0)
+
+
+def test_a_quiet_window_needs_its_psi_interval_above_the_band():
+    from checks.drift import histogram_findings
+    from monitor.profile import FieldProfile
+
+    # A 1,409-row reference of a class score on its deciles; a night window of 236 requests from a healthy
+    # week: chi-square p 0.0002, PSI 0.151 above the floor and the band (0.11), yet its interval reaches
+    # down to 0.04 -- a chance ripple, not a shift the verdict may call worse.
+    reference = (140, 142, 141, 141, 140, 141, 141, 141, 141, 141)
+    score = FieldProfile("numeric", sum(reference), 0, reference, edges=tuple(range(9)))
+    night = (20, 11, 17, 27, 19, 44, 38, 21, 18, 21)
+    (f,) = histogram_findings("prediction_drift", [({"output": "score:Yes"}, score, night, "score:Yes")],
+                              DriftThreshold())
+    assert f.p_value < DriftThreshold().alpha and f.value > max(DriftThreshold().psi_floor, f.detail["band"][1])
+    assert f.interval[0] < f.detail["band"][1] and f.status == "ok"
+    # A preprocessing bug's shift of about the same PSI on a day-time window of 1,222 is still a breach.
+    bug = (95, 87, 142, 116, 149, 154, 185, 82, 156, 56)
+    (f,) = histogram_findings("prediction_drift", [({"output": "score:Yes"}, score, bug, "score:Yes")],
+                              DriftThreshold())
+    assert f.value < 0.12 and f.status == "breach"
