@@ -7,7 +7,10 @@ Three parts, each on data generated deterministically with numpy (10 numeric, 5 
 column; the current window drifts in some of them, has more missing values, values outside the
 reference range and categories the reference never had):
 
-1. Checks vs Evidently. Each side runs in its own subprocess, so its peak RSS (the child's VmHWM,
+1. Checks vs Evidently, on three shapes of the same data, each shape's two sides run one after the
+   other: `shared` (each distinct string one Python object, as parquet and Arrow hand them out),
+   `distinct` (a new str object per categorical and text value of every row, as parsing JSON gives)
+   and `unique` (`distinct`, and every text made unique by a leading ticket number). Each side runs in its own subprocess, so its peak RSS (the child's VmHWM,
    reset once the data is generated) is its own; both hold the same two frames. tailwatch:
    `build_profile` on the reference (timed apart: the profile is built once and stored), `fold` of the
    current rows into 5-minute partials, their merge into one 15-minute window, `evaluate` (every
@@ -16,7 +19,7 @@ reference range and categories the reference never had):
    column (bounds: the reference min / max). The text column's drift is measured on its length (a
    `TextLength` descriptor, psi) as tailwatch's `length_distribution` does; Evidently's own text
    methods train a domain classifier, which is another measurement.
-   Targets: at least 10x faster, at most half the peak memory.
+   Targets: at least 10x faster (5x on `unique`), at most half the peak memory.
 2. Incremental cost: 24 ticks of rows/10 rows each (fold, then upsert into a SQLite store in its own
    transaction, not durable, as the runner's ingest step does) against one fold + upsert of all 2.4 x rows,
    the stored buckets checked identical. Target: <= 1.3x, on the fastest wall-clock time of each side over
@@ -62,7 +65,8 @@ CATEGORICAL = [f"cat_{i}" for i in range(5)]
 TEXT = "notes"
 CARDINALITY = (3, 5, 12, 50, 150)
 
-SPEED_TARGET = 10.0  # Evidently seconds / tailwatch seconds, at least
+SHAPES = ("shared", "distinct", "unique")
+SPEED_TARGET = {"shared": 10.0, "distinct": 10.0, "unique": 5.0}  # Evidently seconds / tailwatch seconds, at least
 MEMORY_TARGET = 0.5  # tailwatch peak RSS / Evidently peak RSS, at most
 INCREMENTAL_TARGET = 1.3  # 24 small ticks / one large pass, at most
 HISTORY_TARGET = 1.2  # scoring with 30 days stored / with 1 day stored, at most
@@ -140,6 +144,22 @@ def make_features(n: int, seed: int, drift: bool) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
+def reshape(frame: pd.DataFrame, shape: str, seed: int) -> pd.DataFrame:
+    """The frame in one of SHAPES: `shared` as generated (rows share each distinct str object);
+    `distinct` a new str object per categorical and text value (what json.loads of each row gives);
+    `unique` that, and each text prefixed by a ticket number unique to its row and `seed`."""
+    if shape == "shared":
+        return frame
+    cols = {}
+    for name in [*CATEGORICAL, TEXT]:
+        values = frame[name].to_numpy(dtype=object).tolist()
+        if shape == "unique" and name == TEXT:
+            cols[name] = [None if v is None else f"#{seed % 1000:03d}{i:07d} {v}" for i, v in enumerate(values)]
+        else:
+            cols[name] = [None if v is None else v.encode().decode() for v in values]
+    return frame.assign(**{k: np.array(v, dtype=object) for k, v in cols.items()})
+
+
 def with_contract(frame: pd.DataFrame, start: datetime, span: timedelta, seed: int) -> pd.DataFrame:
     """The features plus the contract's own fields (ts spread evenly over [start, start + span),
     one model version, a few failed requests) that tailwatch folds by."""
@@ -193,14 +213,14 @@ def _reset_peak() -> bool:
 
 # -- part 1: checks vs Evidently, one subprocess per side ------------------------------------------
 
-def _tailwatch_side(rows: int) -> dict:
+def _tailwatch_side(rows: int, shape: str) -> dict:
     from checks.evaluate import evaluate
     from monitor.partials import Partial, fold, merge_all
     from monitor.profile import build_profile
 
     sch = schema()
-    ref = make_features(rows, SEED, drift=False)
-    cur = with_contract(make_features(rows, SEED + 1, drift=True), START, WINDOW, SEED + 2)
+    ref = reshape(make_features(rows, SEED, drift=False), shape, SEED)
+    cur = with_contract(reshape(make_features(rows, SEED + 1, drift=True), shape, SEED + 1), START, WINDOW, SEED + 2)
 
     peaks: dict[str, int] = {}
 
@@ -263,11 +283,11 @@ def _evidently_report(ref: pd.DataFrame, cur: pd.DataFrame, times: dict | None =
     return snapshot
 
 
-def _evidently_side(rows: int) -> dict:
+def _evidently_side(rows: int, shape: str) -> dict:
     import evidently
 
-    ref = make_features(rows, SEED, drift=False)
-    cur = make_features(rows, SEED + 1, drift=True)
+    ref = reshape(make_features(rows, SEED, drift=False), shape, SEED)
+    cur = reshape(make_features(rows, SEED + 1, drift=True), shape, SEED + 1)
     _evidently_report(ref.iloc[:2000], cur.iloc[:2000])  # warm-up
     base = _settle()
     reset = _reset_peak()
@@ -279,24 +299,24 @@ def _evidently_side(rows: int) -> dict:
             "metrics": results, "version": evidently.__version__}
 
 
-def run_side(side: str, rows: int) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--_child", side, str(rows)], capture_output=True, text=True)
+def run_side(side: str, rows: int, shape: str) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--_child", side, str(rows), shape], capture_output=True, text=True)
     if proc.returncode:
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"{side} side failed (exit {proc.returncode})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def checks_vs_evidently(rows: int) -> dict:
-    tw = run_side("tailwatch", rows)
-    print(f"tailwatch side: {tw['times']}", file=sys.stderr)
-    ev = run_side("evidently", rows)
-    print(f"evidently side: {ev['times']}", file=sys.stderr)
+def checks_vs_evidently(rows: int, shape: str) -> dict:
+    tw = run_side("tailwatch", rows, shape)
+    print(f"{shape}: tailwatch side: {tw['times']}", file=sys.stderr)
+    ev = run_side("evidently", rows, shape)
+    print(f"{shape}: evidently side: {ev['times']}", file=sys.stderr)
     tw_all = sum(tw["times"].values())
     tw_stored = tw_all - tw["times"]["profile"]
     ev_s = sum(ev["times"].values())
     return {
-        "rows": rows, "tailwatch": tw, "evidently": ev, "tw_seconds": tw_all, "tw_stored_seconds": tw_stored,
+        "rows": rows, "shape": shape, "tailwatch": tw, "evidently": ev, "tw_seconds": tw_all, "tw_stored_seconds": tw_stored,
         "ev_seconds": ev_s, "speedup": ev_s / tw_all, "speedup_stored": ev_s / tw_stored,
         "memory_ratio": tw["peak_rss"] / ev["peak_rss"],
         "memory_ratio_above_data": (tw["peak_rss"] - tw["base_rss"]) / max(ev["peak_rss"] - ev["base_rss"], 1),
@@ -429,31 +449,32 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:,.0f} MiB"
 
 
-def render(part1: dict | None, part2: dict | None, part3: dict | None) -> list[str]:
+def render(part1: list[dict] | None, part2: dict | None, part3: dict | None) -> list[str]:
     """Print the tables; return the targets missed."""
     from rich.console import Console
     from rich.table import Table
 
     missed: list[str] = []
     lines: list[tuple[str, str, str, str, str, bool]] = []  # measure, tailwatch, other, ratio, target, met
-    if part1 is not None:
-        tw, ev = part1["tailwatch"], part1["evidently"]
-        ok = part1["speedup"] >= SPEED_TARGET
-        lines.append((f"checks, {part1['rows']:,}-row window vs {part1['rows']:,}-row reference: time "
+    for p1 in part1 or []:
+        tw, ev, shape = p1["tailwatch"], p1["evidently"], p1["shape"]
+        target = SPEED_TARGET[shape]
+        ok = p1["speedup"] >= target
+        lines.append((f"checks, `{shape}` strings, {p1['rows']:,}-row window vs {p1['rows']:,}-row reference: time "
                       "(profile + fold + merge + evaluate)",
-                      f"{part1['tw_seconds']:.2f} s", f"{part1['ev_seconds']:.1f} s",
-                      f"{part1['speedup']:.1f}x faster", f">= {SPEED_TARGET:g}x faster", ok))
+                      f"{p1['tw_seconds']:.2f} s", f"{p1['ev_seconds']:.1f} s",
+                      f"{p1['speedup']:.1f}x faster", f">= {target:g}x faster", ok))
         if not ok:
-            missed.append(f"checks speed-up {part1['speedup']:.1f}x < {SPEED_TARGET:g}x")
-        lines.append(("same, profile stored (fold + merge + evaluate)", f"{part1['tw_stored_seconds']:.2f} s",
-                      f"{part1['ev_seconds']:.1f} s", f"{part1['speedup_stored']:.1f}x faster", "(information)", True))
-        ok = part1["memory_ratio"] <= MEMORY_TARGET
-        lines.append(("checks: peak RSS (both frames held by each side)", _mib(tw["peak_rss"]), _mib(ev["peak_rss"]),
-                      f"{part1['memory_ratio']:.2f}", f"<= {MEMORY_TARGET:g}", ok))
+            missed.append(f"checks speed-up ({shape}) {p1['speedup']:.1f}x < {target:g}x")
+        lines.append((f"same, `{shape}`, profile stored (fold + merge + evaluate)", f"{p1['tw_stored_seconds']:.2f} s",
+                      f"{p1['ev_seconds']:.1f} s", f"{p1['speedup_stored']:.1f}x faster", "(information)", True))
+        ok = p1["memory_ratio"] <= MEMORY_TARGET
+        lines.append((f"checks, `{shape}`: peak RSS (both frames held by each side)", _mib(tw["peak_rss"]),
+                      _mib(ev["peak_rss"]), f"{p1['memory_ratio']:.2f}", f"<= {MEMORY_TARGET:g}", ok))
         if not ok:
-            missed.append(f"checks peak memory ratio {part1['memory_ratio']:.2f} > {MEMORY_TARGET:g}")
-        lines.append(("checks: peak RSS above the loaded data", _mib(tw["peak_rss"] - tw["base_rss"]),
-                      _mib(ev["peak_rss"] - ev["base_rss"]), f"{part1['memory_ratio_above_data']:.2f}",
+            missed.append(f"checks peak memory ratio ({shape}) {p1['memory_ratio']:.2f} > {MEMORY_TARGET:g}")
+        lines.append((f"checks, `{shape}`: peak RSS above the loaded data", _mib(tw["peak_rss"] - tw["base_rss"]),
+                      _mib(ev["peak_rss"] - ev["base_rss"]), f"{p1['memory_ratio_above_data']:.2f}",
                       "(information)", True))
     if part2 is not None:
         ok = part2["ratio"] <= INCREMENTAL_TARGET
@@ -471,17 +492,17 @@ def render(part1: dict | None, part2: dict | None, part3: dict | None) -> list[s
             missed.append(f"history ratio {part3['ratio']:.2f} > {HISTORY_TARGET:g}")
 
     title = f"tailwatch checks benchmark, {os.cpu_count()} cores"
-    if part1 is not None:
-        title += f", Evidently {part1['evidently']['version']}"
+    if part1:
+        title += f", Evidently {part1[0]['evidently']['version']}"
     table = Table(title=title)
     for col in ("measure", "tailwatch", "Evidently / baseline", "ratio", "target", "met"):
         table.add_column(col, justify="left" if col in ("measure", "target") else "right")
     for measure, a, b, ratio, target, ok in lines:
         table.add_row(measure, a, b, ratio, target, "yes" if ok else "NO")
     Console(width=max(Console().width, 150)).print(table)
-    if part1 is not None:
-        tw, ev = part1["tailwatch"], part1["evidently"]
-        print(f"tailwatch side, median of {TAILWATCH_RUNS}: "
+    for p1 in part1 or []:
+        tw, ev = p1["tailwatch"], p1["evidently"]
+        print(f"`{p1['shape']}`: tailwatch side, median of {TAILWATCH_RUNS}: "
               + ", ".join(f"{k} {v:.2f} s (peak +{_mib(tw['phase_peaks'][k])})" for k, v in tw["times"].items()))
         print("Evidently side, one run: " + ", ".join(f"{k} {v:.2f} s" for k, v in ev["times"].items())
               + f"; {ev['metrics']} metrics")
@@ -509,16 +530,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows in the window and in the reference (default 1M); the incremental part "
                              "uses 24 ticks of rows/10")
     parser.add_argument("--only", choices=("checks", "incremental", "history"), help="run one part")
-    parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES),
+                        help="data shapes of the checks part (default: all three)")
+    parser.add_argument("--_child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._child:
-        side, rows = args._child
-        result = _tailwatch_side(int(rows)) if side == "tailwatch" else _evidently_side(int(rows))
+        side, rows, shape = args._child
+        result = (_tailwatch_side if side == "tailwatch" else _evidently_side)(int(rows), shape)
         print(json.dumps(result, default=str))
         return 0
     work = Path(tempfile.mkdtemp(prefix="tailwatch-bench-"))
     try:
-        part1 = checks_vs_evidently(args.rows) if args.only in (None, "checks") else None
+        part1 = [checks_vs_evidently(args.rows, shape) for shape in args.shapes] if args.only in (None, "checks") else None
         part2 = incremental(args.rows, work) if args.only in (None, "incremental") else None
         part3 = history(work) if args.only in (None, "history") else None
     finally:

@@ -501,3 +501,25 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
     monkeypatch.setattr(profile_mod.pc, "utf8_split_whitespace", lambda strings: split(_garbage_after_end(strings)))
     for order in ([0, 1, 2, 3], [0, 3, 2, 1], [0, 3, 1, 2], [3, 2, 1, 0]):  # each text last once
         assert as_lists(*tokens(texts[order])) == [want[i] for i in order]
+
+
+def test_tokens_in_steps_are_the_tokens_of_the_whole_column(monkeypatch):
+    """Tokenizing a column a few texts at a time gives the tokens and parents of one pass over it, on
+    random texts: Unicode, every ASCII whitespace and separator, punctuation, texts cut mid-word."""
+    from monitor import profile as profile_mod
+    from monitor.profile import TOKEN_CHARS, tokens
+
+    rng = np.random.default_rng(7)
+    alphabet = list("abcXYZ09 .,!?'\"-") + [chr(c) for c in range(0x09, 0x0E)] + [chr(c) for c in range(0x1C, 0x21)]
+    alphabet += list("éÄß\u00a0\u2003\u201c\u2019…—日本")
+    texts = np.array(["".join(rng.choice(alphabet, int(rng.integers(0, TOKEN_CHARS + 40))))
+                      for _ in range(300)], dtype=object)
+
+    def pairs(flat: pa.ChunkedArray, parent: np.ndarray) -> list[tuple[int, str]]:
+        return list(zip(parent.tolist(), flat.to_pylist(), strict=True))
+
+    whole = pairs(*tokens(texts))
+    assert len(whole) > 1000
+    for step in (1, 7, 64):
+        monkeypatch.setattr(profile_mod, "TOKEN_STEP", step)
+        assert pairs(*tokens(texts)) == whole
