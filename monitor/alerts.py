@@ -35,7 +35,7 @@ from monitor.verdict import (
     episode_signals,
     is_service_regression,
 )
-from monitor.windows import floor_to
+from monitor.windows import MAX_RESCORED, floor_to
 from storage.models import AlertCursor, AlertState, Incident, Outbox, VerdictRow, dumps
 from storage.store import Store, TickRecord, utc
 
@@ -618,10 +618,6 @@ def fitted_verdict(by_window: Sequence[Sequence[Mapping[str, Any]]], windows: Se
     return decide(fitted, window_start=start, window_end=end, **kwargs)
 
 
-# Evaluations the alert stage replays after a gap: as many windows as a tick re-scores (MAX_RESCORED).
-CATCH_UP = 12
-
-
 def after_tick(config: Config, store: Store, now: datetime) -> AlertsReport:
     """Verdicts for newly scored windows, rules, alert states and outbox items at clock `now`; after a gap
     (a first start on a backlog, a restart, a tick longer than a window) first at each clock a live tick
@@ -642,8 +638,8 @@ def after_tick(config: Config, store: Store, now: datetime) -> AlertsReport:
 def missed_closes(config: Config, store: Store, now: datetime) -> list[datetime]:
     """The clocks (a window's end plus the join lateness) at which live ticks would have evaluated each
     service's shortest windows that closed after its last evaluation (on a first start: from the first
-    shortest window a tick scored) and before the window `now` evaluates; the newest CATCH_UP, oldest
-    first."""
+    shortest window a tick scored) and before the window `now` evaluates; the newest MAX_RESCORED (as many as a
+    tick re-scores), oldest first."""
     out: set[datetime] = set()
     for service in config.services:
         start, end = eval_windows(service, now)[0]
@@ -659,7 +655,7 @@ def missed_closes(config: Config, store: Store, now: datetime) -> list[datetime]
                     continue
                 first = min(scored) + size
         ends = [first + k * size for k in range(max((end - first) // size, 0))]
-        out.update(e + lateness for e in ends[-CATCH_UP:] if e + lateness < now)
+        out.update(e + lateness for e in ends[-MAX_RESCORED:] if e + lateness < now)
     return sorted(out)
 
 
