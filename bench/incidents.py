@@ -14,7 +14,9 @@ the outbox drain against a local fake Slack Web API server, on a new Store each 
   ticks live to the end (healthy-week: starts on day 3, after the deploy).
 The real-data cases (monitor/simulate/realdata.py) are replayed by `tailwatch backfill` (each step a
 daemon tick, alerts included), live by their smallest window or as a backlog (one step to the middle of
-the first fault, then live), and scored per injected fault with that window.
+the first fault, then live), and scored per injected fault: a slowdown on that window, a quality fault on the
+smallest quality window (the only length the case scores labels on), over the windows whose labels had
+arrived by the end of the run.
 The scores are read from the store (incidents, verdicts), never from logs. Targets: onset error <= one
 window; no resolve before the fault ends; resolved within 3 windows after it; the right verdict on
 >= 95% of the fault's windows and none of the opposite kind (slower called worse or the reverse);
@@ -60,6 +62,7 @@ class Truth:
     after_version: str
     deploys: tuple[datetime, ...] = ()  # equivalent deploys (healthy runs): they must not alert
     events: tuple[datetime, ...] = ()  # every listed event's time, deploys included
+    labels_until: datetime | None = None  # a quality fault: windows ending later had no labels by the end
 
     @classmethod
     def of(cls, gt) -> Truth:
@@ -100,6 +103,8 @@ def window_truth(truth: Truth, model_version: str, start: datetime, end: datetim
         return None
     if truth.before_version != truth.after_version and model_version == truth.before_version:
         return "healthy"
+    if truth.labels_until is not None and end > truth.labels_until:
+        return None  # its labels came after the run: no monitor could have called it worse yet
     return truth.verdict
 
 
@@ -129,7 +134,7 @@ class Score:
 
     verdict: str  # the first regression incident's verdict about the fault, or "healthy"
     onset_error_min: float | None  # its `since` (first window start) minus the true onset
-    first_alert_min: float | None  # its opening minus the true onset
+    first_alert_min: float | None  # its first message (opening, or the daemon's first tick) minus the onset
     resolve_delay_min: float | None  # its last resolve minus the fault end; None: still open, or no end
     premature_resolves: int  # resolves of incidents about the fault before the fault ended
     false_pages: int  # page incidents not about the fault
@@ -145,9 +150,12 @@ class Score:
         return self.right_windows / self.incident_windows if self.incident_windows else None
 
 
-def score(truth: Truth, incidents: list[dict], verdicts: list[dict], window: timedelta = WINDOW) -> Score:
+def score(truth: Truth, incidents: list[dict], verdicts: list[dict], window: timedelta = WINDOW,
+          first_tick: datetime | None = None) -> Score:
     """Score a replay's stored incidents and verdicts against `truth`. An incident is about the fault when
-    it is a regression opened between the onset and RESOLVE_WITHIN windows after the fault's end."""
+    it is a regression opened between the onset and RESOLVE_WITHIN windows after the fault's end. A backlog's
+    catch-up dates an incident's opening to when it would have opened live, but its first message leaves at
+    the daemon's `first_tick`: the first alert is the later of the two."""
     fault_end = truth.fault_end
     about: list[dict] = []
     if truth.faulty:
@@ -176,7 +184,8 @@ def score(truth: Truth, incidents: list[dict], verdicts: list[dict], window: tim
         verdict=first["verdict"] if first else "healthy",
         onset_error_min=minutes(first["first_window_start"] - truth.onset)
         if first and first["first_window_start"] else None,
-        first_alert_min=minutes(first["opened_at"] - truth.onset) if first else None,
+        first_alert_min=minutes(max(first["opened_at"], first_tick or first["opened_at"]) - truth.onset)
+        if first else None,
         resolve_delay_min=delay, premature_resolves=premature, false_pages=pages,
         false_pages_per_day=pages / days if days > 0 else 0.0, deploy_alerts=deploy_alerts,
         incident_windows=sum(faulty.values()),
@@ -257,7 +266,8 @@ def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, list[dic
         fake.server.shutdown()
     truth = Truth.of(result["truth"])
     incidents = result["incidents"]
-    return truth, score(truth, incidents, result["verdicts"]), incidents, time.perf_counter() - started
+    return (truth, score(truth, incidents, result["verdicts"], first_tick=first_tick), incidents,
+            time.perf_counter() - started)
 
 
 # -- the real-data cases (monitor/simulate/realdata.py) -------------------------------------------------
@@ -269,11 +279,12 @@ def realdata_cases() -> dict:
     return {c.name: c for c in [make() for make in realdata.CASES.values()] + realdata.short_cases()}
 
 
-def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list[dict], float]:
+def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list[dict], datetime | None, float]:
     """Build one real-data case under `root` and replay it with `tailwatch backfill` (every step a daemon
     tick, alerts included): `live` steps through the whole range by the smallest window; `backlog` first
     takes one step to the middle of the first fault (the daemon starting with that much already logged),
-    then goes on live. Returns the truth, the stored incidents and verdicts, and seconds."""
+    then goes on live. Returns the truth, the stored incidents and verdicts, the backlog's first tick (None
+    live), and seconds."""
     from monitor.durations import parse_duration
     from monitor.simulate import realdata
     from storage.store import Store
@@ -302,16 +313,26 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
             verdicts = store.load_verdicts(session, service)
     finally:
         store.dispose()
-    return truth, incidents, verdicts, time.perf_counter() - started
+    return truth, incidents, verdicts, None if mode == "live" else middle, time.perf_counter() - started
 
 
-def realdata_scores(case, truth: dict, incidents: list[dict], verdicts: list[dict]) -> list[tuple[str, Truth, Score]]:
-    """One score per injected fault, each over its own stretch of the run: from the end of the fault before
-    it (or the start: the healthy range counts with the first) to the onset of the next (or the end). A
-    slowdown keeps the case's version; a quality fault serves its own version while it lasts."""
+def case_window(case, kind: str, end: datetime) -> tuple[timedelta, datetime | None]:
+    """The window a real-data fault is scored on, and for a quality fault the last window end whose labels
+    had all arrived by the run's `end`. A slowdown is judged on the smallest window; a quality fault on
+    the smallest quality window, the only lengths the case's config scores labels on."""
     from monitor.durations import parse_duration
 
-    window = parse_duration(case.step)
+    if kind != "quality":
+        return parse_duration(case.step), None
+    return min(map(parse_duration, case.quality_windows)), end - case.label_delay - case.label_jitter
+
+
+def realdata_scores(case, truth: dict, incidents: list[dict], verdicts: list[dict],
+                    first_tick: datetime | None = None) -> list[tuple[str, Truth, Score, timedelta]]:
+    """One score per injected fault, each over its own stretch of the run: from the end of the fault before
+    it (or the start: the healthy range counts with the first) to the onset of the next (or the end). A
+    slowdown keeps the case's version; a quality fault serves its own version while it lasts. Each with the
+    window it is scored on (case_window)."""
     start, end = _parse(truth["start"]), _parse(truth["end"])
     faults = sorted(truth["faults"], key=lambda f: f["onset"])
     out = []
@@ -319,13 +340,14 @@ def realdata_scores(case, truth: dict, incidents: list[dict], verdicts: list[dic
         lo = start if i == 0 else _parse(faults[i - 1]["end"])
         hi = end if i + 1 == len(faults) else _parse(faults[i + 1]["onset"])
         onset, fault_end = _parse(fault["onset"]), _parse(fault["end"])
+        window, labels_until = case_window(case, fault["kind"], end)
         t = Truth(fault["expected"][0], lo, hi, onset, None if fault_end >= end else fault_end, case.version,
-                  fault.get("version", case.version))
+                  fault.get("version", case.version), labels_until=labels_until)
         # Incidents opened in the stretch (or within the resolve allowance after it, before the next fault).
         mine = [x for x in incidents if lo <= x["opened_at"] < hi]
         windows = [v for v in verdicts if v["window_start"] >= lo and v["window_end"] <= hi]
         what = f"{fault['stage']} x{fault['factor']:g}" if fault["kind"] == "slowdown" else fault["change"]
-        out.append((f"{case.name}: {fault['kind']} ({what})", t, score(t, mine, windows, window)))
+        out.append((f"{case.name}: {fault['kind']} ({what})", t, score(t, mine, windows, window, first_tick), window))
     return out
 
 
@@ -370,7 +392,6 @@ def confusion_table(total: Counter) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from alerts_support import TOKEN
 
-    from monitor.durations import parse_duration
     from monitor.simulate import ALL_SCENARIOS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -405,12 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     if real:
         with tempfile.TemporaryDirectory(prefix="tw-realdata-") as tmp:
             for case in real:
-                window = parse_duration(case.step)
                 for mode in modes:
-                    truth, incidents, verdicts, seconds = replay_realdata(case, mode, Path(tmp))
+                    truth, incidents, verdicts, first_tick, seconds = replay_realdata(case, mode, Path(tmp))
                     for incident in sorted(incidents, key=lambda i: i["opened_at"]):
                         print(f"  incident {describe(incident)}", file=sys.stderr)
-                    for name, t, s in realdata_scores(case, truth, incidents, verdicts):
+                    for name, t, s, window in realdata_scores(case, truth, incidents, verdicts, first_tick):
                         real_rows.append(row(name, mode, t, s, window))
                         if misses(t, s, window):
                             failed.append(f"{name} ({mode})")
@@ -427,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nVerdict per 15-minute window, {mode} (windows straddling the onset or fault end left out):\n")
             print("\n".join(confusion_table(total[mode])))
     if real_rows:
-        print(f"\n| real-data fault (window: the case's smallest) {header}")
+        print(f"\n| real-data fault (slowdown: the smallest window; quality: the smallest quality window) {header}")
         print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
         print("\n".join(real_rows))
     if failed:

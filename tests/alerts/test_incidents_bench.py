@@ -61,11 +61,38 @@ def test_window_truth_version_change_and_straddling_windows():
     assert bench.window_truth(truth("healthy", onset=None, fault_end=None), "v2", at(1), at(1.25)) == "healthy"
 
 
+def test_quality_windows_without_labels_by_the_end_are_left_out():
+    tr = bench.Truth("worse", T0, at(4.0), at(1.0), None, "v1", "v2", labels_until=at(3.0))
+    assert bench.window_truth(tr, "v2", at(2.75), at(3.0)) == "worse"
+    assert bench.window_truth(tr, "v2", at(3.0), at(3.25)) is None  # its labels came after the run
+    assert bench.window_truth(tr, "v2", at(0.5), at(0.75)) == "healthy"  # before the onset: judged as ever
+    rows = verdicts("v2", 1.0, 3.0, "worse") + verdicts("v2", 3.0, 4.0, "drift")
+    assert bench.score(tr, [], rows).right_share == 1.0
+
+
+def test_a_real_data_quality_fault_is_scored_on_its_quality_window():
+    from monitor.simulate import realdata
+
+    case = realdata.shuttle_case(days=33, label_delay_days=7, quality_windows=("7d",))
+    end = case.start + timedelta(days=33)
+    assert bench.case_window(case, "slowdown", end) == (timedelta(days=1), None)
+    window, labels_until = bench.case_window(case, "quality", end)
+    assert window == timedelta(days=7) and labels_until == end - timedelta(days=7, hours=6)
+
+
 def test_one_incident_dated_right_resolved_after_the_fault():
     tr = truth()
     s = bench.score(tr, [incident(1, "slower", opened=1.5, since=1.0, resolved=3.0)], [])
     assert (s.verdict, s.onset_error_min, s.first_alert_min, s.resolve_delay_min) == ("slower", 0, 30, 30)
     assert s.premature_resolves == 0 and s.false_pages == 0
+
+
+def test_a_backlog_alerts_no_earlier_than_the_daemon_starts():
+    tr = truth()
+    caught_up = [incident(1, "slower", opened=1.25, since=1.0, resolved=3.0)]  # dated to its live opening
+    assert bench.score(tr, caught_up, []).first_alert_min == 15
+    assert bench.score(tr, caught_up, [], first_tick=at(1.75)).first_alert_min == 45
+    assert bench.score(tr, caught_up, [], first_tick=at(0.5)).first_alert_min == 15
 
 
 def test_incident_dated_to_the_noticing_tick_and_resolved_early():
