@@ -3,13 +3,17 @@ replayed with `tailwatch backfill` from a config written from the docs, judged a
 
 `test_short_case` runs the short versions of both cases end to end and asserts the four criteria: the
 slowdown's stage named, the quality change found from labels, no false alarm in the healthy range, every
-finding with a value carrying n and an interval. `test_logs_*` check the harness itself."""
+finding with a value carrying n and an interval; and each fault's incident life as `bench/incidents.py`
+scores it (onset, resolves, the verdict of its windows). `test_logs_*` check the harness itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -102,3 +106,34 @@ def test_short_case(case, tmp_path):
         "slowdown stage named", "quality change found from labels", "no false alarm in the healthy range",
         "every finding with a value has n and an interval"]
     assert result.passed, "\n" + realdata.table([result])
+    bench = _bench_incidents()
+    incidents, verdicts = _stored(tmp_path)
+    for name, t, s, window in bench.realdata_scores(case, truth, incidents, verdicts):
+        assert bench.misses(t, s, window) == [], (bench.row(name, "live", t, s, window),
+                                                  [bench.describe(i) for i in incidents])
+
+
+def _bench_incidents():
+    """bench/incidents.py as a module (its scoring of an incident's life)."""
+    if "bench_incidents" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "bench_incidents", Path(__file__).resolve().parents[2] / "bench" / "incidents.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules["bench_incidents"]
+
+
+def _stored(out) -> tuple[list[dict], list[dict]]:
+    """The incidents and verdicts a run stored."""
+    import yaml
+
+    from storage.store import Store
+
+    service = yaml.safe_load((out / "tailwatch.yaml").read_text())["services"][0]["name"]
+    store = Store(f"sqlite:///{out / 'tailwatch.db'}")
+    try:
+        with store.transaction() as session:
+            return store.load_incidents(session, service), store.load_verdicts(session, service)
+    finally:
+        store.dispose()
