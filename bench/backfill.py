@@ -99,8 +99,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
 
-    from monitor import backfill
     from monitor import config as config_mod
+    from monitor.daemon import backfill
     from storage.store import Store
 
     work = Path(tempfile.mkdtemp(prefix="tailwatch-backfill-"))

@@ -25,7 +25,7 @@ reference range and categories the reference never had):
    the stored buckets checked identical. Target: <= 1.3x, on the fastest wall-clock time of each side over
    INCREMENTAL_RUNS alternating runs (other load on a shared machine only adds time); the ratio of the
    medians and the CPU-time ratio are printed beside it.
-3. History: scoring one 15-minute window (`monitor.windows.score`) with 1 day and with 30 days of
+3. History: scoring one 15-minute window (`monitor.verdicts.windows.score`) with 1 day and with 30 days of
    5-minute buckets stored. Target: time ratio (30 days / 1 day) <= 1.2, i.e. ~1.
 
 Prints a rich table and a Markdown table (for docs/performance.md); exits 1 when a target is missed.
@@ -215,8 +215,8 @@ def _reset_peak() -> bool:
 
 def _tailwatch_side(rows: int, shape: str) -> dict:
     from checks.evaluate import evaluate
-    from monitor.partials import Partial, fold, merge_all
-    from monitor.profile import build_profile
+    from monitor.aggregate.partials import Partial, fold, merge_all
+    from monitor.aggregate.profile import build_profile
 
     sch = schema()
     ref = reshape(make_features(rows, SEED, drift=False), shape, SEED)
@@ -341,15 +341,15 @@ def _drop(store, db: Path) -> None:
 
 
 def _fold_upsert(store, frame: pd.DataFrame, sch, profile) -> None:
-    from monitor.partials import fold, merge_bytes
+    from monitor.aggregate.partials import fold, merge_bytes
 
     parts = fold(frame, BUCKET, [], timed=False, schema=sch, profile=profile)
-    with store.transaction(durable=False) as session:  # as monitor.runner's ingest step commits
+    with store.transaction(durable=False) as session:  # as monitor.daemon.runner's ingest step commits
         store.upsert_partials(session, SERVICE, parts, merge_bytes)
 
 
 def _stored_counts(store) -> dict:
-    from monitor.partials import Partial
+    from monitor.aggregate.partials import Partial
 
     with store.transaction() as session:
         rows = store.load_partials(session, SERVICE, START - timedelta(days=1), START + timedelta(days=1))
@@ -361,7 +361,7 @@ def _stored_counts(store) -> dict:
 
 
 def incremental(rows: int, work: Path) -> dict:
-    from monitor.profile import build_profile
+    from monitor.aggregate.profile import build_profile
 
     sch = schema()
     profile = build_profile(make_features(min(rows, 200_000), SEED, drift=False), sch)
@@ -402,9 +402,9 @@ def incremental(rows: int, work: Path) -> dict:
 # -- part 3: scoring with 1 day vs 30 days stored --------------------------------------------------
 
 def history(work: Path) -> dict:
-    from monitor.partials import fold
-    from monitor.profile import build_profile
-    from monitor.windows import score
+    from monitor.aggregate.partials import fold
+    from monitor.aggregate.profile import build_profile
+    from monitor.verdicts.windows import score
     from storage.rows import PartialRow
 
     sch = schema()

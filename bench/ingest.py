@@ -7,7 +7,7 @@ Generates (deterministically, in a temp dir removed afterwards) a JSON Lines fil
 with a few bad lines of different kinds, and the same valid rows as Parquet. Measures
 `pyarrow.json.read_json` and `pyarrow.parquet.read_table`, and tailwatch's ingest, 3 runs, each tick
 right after the bare parse it is compared with (ratios: median of the 3 runs' ratios; rates: medians):
-`monitor.runner.tick` on a fresh SQLite store (parse, validate, quarantine, commit of offsets and
+`monitor.daemon.runner.tick` on a fresh SQLite store (parse, validate, quarantine, commit of offsets and
 per-bucket partials), its window scoring timed apart. Then one tick over a 5M-row JSONL backlog in a
 subprocess, peak RSS measured (sampled, and the child's own VmHWM).
 Exits 1 when a target is missed: JSONL >= 0.5x pyarrow, Parquet >= 2M rows/s, peak RSS < 1 GiB.
@@ -173,7 +173,7 @@ def run_tick(directory: Path, work: Path) -> tuple[float, dict]:
     Ingest is the tick without its window scoring (timed apart, in report["score_seconds"]): scoring
     costs what the windows cost, not what the new rows cost.
     """
-    from monitor import runner
+    from monitor.daemon import runner
     from storage.store import Store
 
     db = work / f"tw-{time.monotonic_ns()}.db"

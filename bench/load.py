@@ -5,7 +5,7 @@ traffic, on this machine. Does the tick keep up with its interval, and does memo
     .venv/bin/python bench/load.py --ticks 4 --rows 200000  # a quick look
 
 A writer (this process) appends each tick's 5 minutes of traffic to rotating JSON Lines files, then a
-long-lived child process runs the daemon's tick job (`monitor.jobs.tick_job`: ingest, checks, verdicts,
+long-lived child process runs the daemon's tick job (`monitor.daemon.jobs.tick_job`: ingest, checks, verdicts,
 alerts) on a SQLite store with the clock at the end of that interval and reports the tick's time and its
 resident memory (all, and anonymous: without the file-backed pages of libraries). Files of ticks
 already read are deleted (rotation), as a log shipper would.
@@ -46,7 +46,7 @@ import json, os, sys, time
 from datetime import datetime
 sys.path.insert(0, sys.argv[1])
 from monitor import config as config_mod
-from monitor.jobs import tick_job
+from monitor.daemon.jobs import tick_job
 from storage.store import Store
 
 cfg = config_mod.load(sys.argv[2])

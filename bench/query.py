@@ -119,7 +119,7 @@ def main() -> None:
                     help="The --url database is already filled by an earlier run: only time the queries.")
     args = ap.parse_args()
 
-    from monitor import query as q
+    from monitor.investigate import query as q
     from monitor.investigate.compare import compare
     from storage.store import Store
 

@@ -29,9 +29,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from monitor import config as config_mod
-    from monitor import jobs, retention
+    from monitor.aggregate.partials import Partial, merge_all
+    from monitor.daemon import jobs, retention
     from monitor.demo import demo_config
-    from monitor.partials import Partial, merge_all
     from monitor.simulate import generate
     from storage.rows import PartialRow
     from storage.store import Store

@@ -5,7 +5,7 @@
     .venv/bin/python bench/scale.py --workers 4 --partition-rows 250000
 
 Data: one simulated day of the churn service (`healthy` scenario, about 100k rows, joined with their
-stage timings), written as a Parquet dataset partitioned by hour (`monitor.engines.dataset` layout),
+stage timings), written as a Parquet dataset partitioned by hour (`monitor.daemon.engines.dataset` layout),
 each hour in files of at most `--file-rows` rows.
 Larger sizes repeat each hour's rows with new request_ids, so every size covers the same day (same
 buckets, same number of partials) with 10x, 100x the traffic: what "a day no longer fits one machine"
@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SIZES = (100_000, 1_000_000, 10_000_000)
-DEFAULT_PARTITION_ROWS = 250_000  # monitor.engines.local's default
+DEFAULT_PARTITION_ROWS = 250_000  # monitor.daemon.engines.local's default
 SCENARIO, SEED = "healthy", 11
 SAMPLE_S = 0.05
 
@@ -41,7 +41,7 @@ def make_base(work: Path, rows: int) -> Path:
     """One simulated day of about `rows` joined rows, as Arrow; returns the generator's folder."""
     import pandas as pd
 
-    from monitor.engines import dataset as layout
+    from monitor.daemon.engines import dataset as layout
     from monitor.simulate import generate
 
     gen = work / "generated"
@@ -62,7 +62,7 @@ def write_size(work: Path, copies: int, file_rows: int | None = None) -> tuple[P
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from monitor.engines.dataset import HOUR_FORMAT, PARTITION
+    from monitor.daemon.engines.dataset import HOUR_FORMAT, PARTITION
 
     out = work / f"x{copies}"
     if out.exists():
@@ -91,8 +91,8 @@ def child(engine: str, dataset: str, config: str, reference: str, partition_rows
     import pandas as pd
 
     from monitor import config as config_mod
-    from monitor.engines import local
-    from monitor.profile import profile_for
+    from monitor.aggregate.profile import profile_for
+    from monitor.daemon.engines import local
 
     cfg = config_mod.load(config)
     service = cfg.services[0]
@@ -103,7 +103,7 @@ def child(engine: str, dataset: str, config: str, reference: str, partition_rows
         result = local.scan(dataset, scan, partition_rows)
         startup = 0.0
     else:
-        from monitor.engines import dask as dask_engine
+        from monitor.daemon.engines import dask as dask_engine
 
         started = time.perf_counter()
         with dask_engine.client_for(None, workers) as client:

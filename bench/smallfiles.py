@@ -5,7 +5,7 @@ lists the directory and opens, reads and closes each file once, in the same run.
     .venv/bin/python bench/smallfiles.py --files 5000
 
 Writes the files (deterministically, in a temp dir removed afterwards), runs the bare loop, then
-`monitor.runner.tick` on a fresh SQLite store (listing, one stat and one read per file, parse, validate,
+`monitor.daemon.runner.tick` on a fresh SQLite store (listing, one stat and one read per file, parse, validate,
 fold, commit of every file's offset), then the loop again; the ratio is the tick over the faster loop.
 A second tick (nothing new) is timed too. Exits 1 when the tick costs more than 5x the loop.
 """
@@ -51,7 +51,7 @@ def bare_loop(folder: Path) -> tuple[float, int]:
 
 def main() -> int:
     from monitor import config as config_mod
-    from monitor.runner import tick
+    from monitor.daemon.runner import tick
     from storage.store import Store
 
     parser = argparse.ArgumentParser()

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from checks.base import Finding, check, rate_above, widen
 from checks.stats import mover, wilson
-from monitor import keys
-from monitor.partials import CACHE_STATES, STALE, Partial
-from monitor.profile import Profile
+from monitor.aggregate import keys
+from monitor.aggregate.partials import CACHE_STATES, STALE, Partial
+from monitor.aggregate.profile import Profile
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from typing import Literal
 
 from checks.base import Finding, check, rate_above
 from checks.stats import wilson
-from monitor import keys
-from monitor.partials import Partial
-from monitor.profile import Profile
+from monitor.aggregate import keys
+from monitor.aggregate.partials import Partial
+from monitor.aggregate.profile import Profile
 
 
 @dataclass(frozen=True)

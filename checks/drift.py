@@ -9,9 +9,9 @@ from typing import Literal
 from checks.base import Finding, check, widen
 from checks.stats import bh, compare
 from checks.thresholds import StandardDeviationThreshold, psi_interval, psi_null
-from monitor import keys
-from monitor.partials import Partial
-from monitor.profile import FieldProfile, Profile
+from monitor.aggregate import keys
+from monitor.aggregate.partials import Partial
+from monitor.aggregate.profile import FieldProfile, Profile
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from checks import (  # noqa: F401 (registration: one module per family)
     vocabulary,
 )
 from checks.base import REGISTRY, Finding
-from monitor.partials import Partial
-from monitor.profile import Profile
+from monitor.aggregate.partials import Partial
+from monitor.aggregate.profile import Profile
 
 # The checks that compare a window's data with the reference (or, when configured, accepted serving history).
 DATA_CHECKS = ("missing_rate", "out_of_range", "unseen_categories", "drift", "prediction_drift", "length_distribution")

@@ -10,7 +10,7 @@ from typing import Any
 from checks.completeness import RateIncrease
 from checks.ranges import RateLimit
 from checks.thresholds import range_rows_needed
-from monitor.profile import N_BINS, Profile
+from monitor.aggregate.profile import N_BINS, Profile
 
 ROWS_PER_BIN = 50  # reference values per histogram bin for its own sampling noise to stay under PSI ~0.02
 NEAR_CONSTANT = 0.95  # share of present values in one bin above which a field is near-constant

@@ -15,9 +15,9 @@ from checks.stats import (
     quantile_ranks,
     rate_ratio_interval,
 )
-from monitor import keys
-from monitor.frame import STAGE_PREFIX
-from monitor.partials import (
+from monitor.aggregate import keys
+from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.aggregate.partials import (
     ARRIVAL,
     BY_LENGTH,
     COMPLETION,
@@ -29,7 +29,7 @@ from monitor.partials import (
     Partial,
     Sketch,
 )
-from monitor.profile import Profile
+from monitor.aggregate.profile import Profile
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 LEVEL = 0.95  # coverage of the quantile intervals

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from checks.base import Finding, check
 from checks.drift import DriftThreshold, histogram_findings
-from monitor import keys
-from monitor.partials import Partial
-from monitor.profile import Profile
+from monitor.aggregate import keys
+from monitor.aggregate.partials import Partial
+from monitor.aggregate.profile import Profile
 
 
 @check("length_distribution", DriftThreshold)

@@ -8,9 +8,9 @@ from typing import Literal
 from checks.base import Finding, check, rate_above
 from checks.stats import wilson
 from checks.thresholds import range_band, rise_p
-from monitor import keys
-from monitor.partials import Partial
-from monitor.profile import FieldProfile, Profile
+from monitor.aggregate import keys
+from monitor.aggregate.partials import Partial
+from monitor.aggregate.profile import FieldProfile, Profile
 
 Band = Literal["learned", "none"]
 Against = Literal["reference", "serving_history"]

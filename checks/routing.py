@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from checks.base import Finding, check, rate_above
 from checks.latency import LEVEL, quantile_interval
 from checks.stats import quantile_needed
-from monitor.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
-from monitor.profile import Profile
+from monitor.aggregate.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
+from monitor.aggregate.profile import Profile
 
 
 @dataclass(frozen=True)

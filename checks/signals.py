@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from checks.base import Finding, check
 from checks.stats import Z95, mean_interval, welch_p
-from monitor.partials import Partial, Sketch
-from monitor.profile import Profile
+from monitor.aggregate.partials import Partial, Sketch
+from monitor.aggregate.profile import Profile
 
 PREFIX = "signal:"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.base import Finding, check, rate_above
-from monitor import keys
-from monitor.partials import OOV_SAMPLE, Partial
-from monitor.profile import Profile
+from monitor.aggregate import keys
+from monitor.aggregate.partials import OOV_SAMPLE, Partial
+from monitor.aggregate.profile import Profile
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def tick(
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
     """Run one tick: ingest new rows, quarantine bad ones, join timings, store bucket counts."""
-    from monitor.runner import tick as run_tick
+    from monitor.daemon.runner import tick as run_tick
 
     if fmt not in ("table", "json"):
         fail(f"--format: must be table or json, got {fmt!r}")
@@ -173,7 +173,7 @@ def reference_build(
     from rich.markup import escape
 
     from checks.judge import judge
-    from monitor.profile import store_profile
+    from monitor.aggregate.profile import store_profile
 
     if fmt not in ("table", "json"):
         fail(f"--format: must be table or json, got {fmt!r}")
@@ -240,8 +240,8 @@ def run(
     now: Annotated[str | None, typer.Option(help="With --once: the clock for the tick (RFC 3339, UTC); default: now.")] = None,
 ) -> None:
     """Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics."""
-    from monitor import jobs, leader, logs
-    from monitor.daemon import Daemon
+    from monitor.daemon import jobs, leader, logs
+    from monitor.daemon.service import Daemon
 
     cfg = load_config()
     store = open_store(cfg)
@@ -276,8 +276,8 @@ def backfill(
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (rerun to resume).", min=1)] = None,
 ) -> None:
     """Replay history in event-time order exactly as live ticks would; rerun the same command to resume."""
-    from monitor import backfill as backfill_mod
-    from monitor import leader, logs
+    from monitor.daemon import backfill as backfill_mod
+    from monitor.daemon import leader, logs
 
     try:
         length = config_mod.parse_duration(step) if step is not None else None
@@ -313,7 +313,7 @@ def nightly(
     """Score every matured window against its delayed labels (idempotent: a rerun rewrites the same results)."""
     from datetime import timedelta
 
-    from monitor.nightly import run_nightly
+    from monitor.daemon.nightly import run_nightly
 
     if fmt not in ("table", "json"):
         fail(f"--format: must be table or json, got {fmt!r}")
@@ -330,7 +330,7 @@ def nightly(
         fail(f"--service: no service named {service!r}")
     store = open_store(cfg)
     if service is None:
-        from monitor import retention
+        from monitor.daemon import retention
 
         retention.apply(cfg, store, clock)  # the same nightly run as the daemon's: compaction and expiry first
     report = run_nightly(cfg, store, clock, service)
@@ -377,8 +377,8 @@ def scan(
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339): windows ending later are not scored.")] = None,
 ) -> None:
     """Fold a Parquet dataset into bucket partials (locally or on Dask), store them, score their windows."""
-    from monitor.engines.scan import run_scan
-    from monitor.runner import describe_labels
+    from monitor.daemon.engines.scan import run_scan
+    from monitor.daemon.runner import describe_labels
 
     cfg = load_config()
     chosen = [s for s in cfg.services if service in (None, s.name)]
@@ -442,7 +442,7 @@ def alerts_list(
     their notifications went out."""
     from sqlalchemy import select
 
-    from monitor.alerts import Alert, muted_by
+    from monitor.alerts.evaluate import Alert, muted_by
     from monitor.notify import undeliverable
     from storage.models import AlertState, Outbox
 
@@ -522,7 +522,7 @@ def silence_create(
     """Mute notifications of every alert matching all the matchers, for `duration`."""
     import getpass
 
-    from monitor.alerts import parse_matcher
+    from monitor.alerts.evaluate import parse_matcher
 
     try:
         matchers = [parse_matcher(m) for m in matcher]

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
+from apscheduler.triggers.cron import CronTrigger
 from pydantic import (
     BeforeValidator,
     Field,
@@ -25,10 +26,9 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 
 from checks.evaluate import thresholds
+from checks.rules import parse_objective
 from monitor.classes import class_name
 from monitor.durations import parse_duration
-from monitor.rules import parse_objective
-from monitor.scheduler import check_cron
 from monitor.schema import Schema, StrictModel
 
 DEFAULT_PATH = "tailwatch.yaml"
@@ -700,6 +700,16 @@ class Config(StrictModel):
             secrets += [self.alerts.slack.token, self.alerts.slack.webhook_url]
         secrets += self.daemon.redact
         return [w for s in secrets if s is not None for w in s.warnings()]
+
+
+def check_cron(expr: str) -> None:
+    """Raise ValueError unless `expr` is a 5-field crontab expression APScheduler accepts."""
+    if len(expr.split()) != 5:
+        raise ValueError(f"not a 5-field cron expression (minute hour day month weekday): {expr!r}")
+    try:
+        CronTrigger.from_crontab(expr, timezone=UTC)
+    except ValueError as exc:
+        raise ValueError(f"not a valid cron expression {expr!r}: {exc}") from None
 
 
 def _check_url(value: str) -> str:

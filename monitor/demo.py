@@ -19,9 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from monitor import config as config_mod
-from monitor.jobs import tick_job
-from monitor.partials import ALL, Partial
-from monitor.runner import TickReport, tick
+from monitor.aggregate.partials import ALL, Partial
+from monitor.daemon.jobs import tick_job
+from monitor.daemon.runner import TickReport, tick
 from storage.store import Store
 
 TICK_EVERY = timedelta(minutes=15)
@@ -211,7 +211,7 @@ def _verdicts(store: Store, truth) -> Table:
 
 def _incidents(store: Store) -> list[Panel]:
     """Each incident as the Slack message on-call would get (the demo has no Slack: this is the outbox)."""
-    from monitor.notify.slack import render
+    from monitor.alerts.render import render
     from storage.models import Incident
 
     with store.transaction() as session:

@@ -1,5 +1,6 @@
-"""The import graph of the project's own modules: no loops (imports inside functions count too), and the
-pure checks stay light (no database, YAML or config layer under them)."""
+"""The import graph of the project's own modules: no loops (imports inside functions count too), every
+import runs down the layers (the folders are the pipeline), and the pure checks stay light (no database,
+YAML or config layer under them)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("monitor", "checks", "storage")
+
+# The layers, bottom first: a module imports only modules of its own layer or of layers below it. A module
+# belongs to the layer of the longest name here that it starts with.
+LAYERS = (
+    ("storage",),  # models, migrations, the store: no ORM outside
+    # domain types; `monitor` itself tunes malloc (monitor.memory) before anything else runs
+    ("monitor", "monitor.schema", "monitor.durations", "monitor.classes", "monitor.contract", "monitor.memory"),
+    ("monitor.aggregate",),  # sketch, partial, fold, keys, reference profile
+    ("checks",),  # pure window checks, quality metrics, SLO rules, the registry
+    ("monitor.config",),  # the user's config, validated against the check registry and the SLO grammar
+    ("monitor.ingest",),  # sources, the contract, the join
+    ("monitor.verdicts",),  # windows scored against baselines, label quality, the verdict
+    ("monitor.alerts",),
+    ("monitor.notify",),
+    ("monitor.investigate",),
+    ("monitor.simulate",),
+    ("monitor.daemon",),
+    ("monitor.cli", "monitor.demo"),  # the faces: nothing imports them
+)
 
 
 def _module(path: Path) -> str:
@@ -38,7 +58,7 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert "monitor.schema" in graph["monitor.config"] and "monitor.partials" in graph["checks.base"]
+    assert "monitor.schema" in graph["monitor.config"] and "monitor.aggregate.partials" in graph["checks.base"]
 
 
 def test_no_import_loop():
@@ -47,6 +67,32 @@ def test_no_import_loop():
     except CycleError as exc:
         raise AssertionError(f"import loop: {' -> '.join(exc.args[1])}") from None
     assert order.index("monitor.schema") < order.index("monitor.config") < order.index("monitor.cli")
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of `module`'s layer; KeyError for a module no layer names."""
+    best = max((name for layer in LAYERS for name in layer if module == name or module.startswith(name + ".")),
+               key=len, default=None)
+    if best is None:
+        raise KeyError(f"{module} is in no layer of LAYERS: add it where its imports put it")
+    return next(i for i, layer in enumerate(LAYERS) if best in layer)
+
+
+def back_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for every import of a module from a higher layer."""
+    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps if layer_of(b) > layer_of(a))
+
+
+def test_imports_run_down_the_layers():
+    graph = import_graph()
+    assert back_imports(graph) == []
+    assert not [a for a, deps in graph.items() if "monitor.cli" in deps], "nothing imports the command line"
+
+
+def test_a_back_import_is_caught():
+    graph = {name: set(deps) for name, deps in import_graph().items()}
+    graph["monitor.ingest.sources"].add("monitor.verdicts.windows")
+    assert back_imports(graph) == ["monitor.ingest.sources -> monitor.verdicts.windows"]
 
 
 def test_checks_import_no_database_yaml_or_config():

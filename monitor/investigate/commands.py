@@ -1,5 +1,5 @@
 """The investigation commands: `tailwatch query ...`, `compare`, `report`, `explain`. Thin: each parses
-its options, calls monitor.query / monitor.investigate, and prints. Registered on the app by monitor.cli."""
+its options, calls monitor.investigate.query / monitor.investigate, and prints. Registered on the app by monitor.cli."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from monitor import query as q
 from monitor.config import ConfigError
+from monitor.investigate import query as q
 from monitor.investigate.output import (
     FORMATS,
     dumps,
@@ -261,8 +261,8 @@ def compare_cmd(
     service: Service = None, since: Since = None, until: Until = None, fmt: Format = "table",
 ) -> None:
     """Two model versions side by side over the same period, with the configured constraints pass / fail."""
+    from monitor.aggregate.profile import stored_profile
     from monitor.investigate.compare import compare
-    from monitor.profile import stored_profile
 
     _, svc, store = _setup(service, fmt)
     start, end = _range(since, until, DEFAULT_RANGE)

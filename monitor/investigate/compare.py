@@ -11,10 +11,11 @@ import pandas as pd
 from sqlalchemy import func, select
 
 from checks.drift import DriftThreshold, drift, prediction_drift
-from monitor import keys, query
+from monitor.aggregate import keys
+from monitor.aggregate.partials import ALL, Partial
+from monitor.aggregate.profile import Profile
 from monitor.config import Constraint, Service
-from monitor.partials import ALL, Partial
-from monitor.profile import Profile
+from monitor.investigate import query
 from storage.models import BucketPartial
 from storage.store import Store, utc
 

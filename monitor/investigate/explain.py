@@ -16,10 +16,10 @@ import pandas as pd
 from rich.console import Console
 from rich.panel import Panel
 
-from monitor import query
-from monitor.frame import STAGE_PREFIX
+from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.aggregate.partials import CACHE_TIME, LATENCY, Partial
+from monitor.investigate import query
 from monitor.investigate.output import table
-from monitor.partials import CACHE_TIME, LATENCY, Partial
 from storage.models import VersionSeen
 from storage.store import Store
 

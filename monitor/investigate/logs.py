@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 
 from monitor.config import FileSource, Limits, Service
 from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
+from monitor.ingest.sources import FILE, LINE, open_source
+from monitor.ingest.validate import validate
 from monitor.schema import Schema
-from monitor.sources import FILE, LINE, open_source
-from monitor.validate import validate
 
 # Prediction fields that say where a request went and under which versions: what "most affected" is cut by.
 DIMENSIONS = ("model_version", "status", "replica", "route", "expert", "config_hash", "preprocess_version",

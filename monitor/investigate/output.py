@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from monitor.config import parse_duration
-from monitor.query import jsonable
+from monitor.investigate.query import jsonable
 
 FORMATS = ("table", "csv", "json")
 MAX_CELL = 60

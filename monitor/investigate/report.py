@@ -19,8 +19,8 @@ import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from monitor import query  # noqa: E402
 from monitor.config import Limits, Service  # noqa: E402
+from monitor.investigate import query  # noqa: E402
 from storage.store import Store  # noqa: E402
 
 CONTEXT = timedelta(hours=3)  # shown before an incident's first window, so "before" is on the plot
@@ -153,8 +153,8 @@ def evidently_html(service: Service, limits: Limits, since: datetime, until: dat
     import os
 
     os.environ.setdefault("DO_NOT_TRACK", "1")  # before evidently is imported
+    from monitor.aggregate.profile import read_reference
     from monitor.investigate.logs import LogsError, drill
-    from monitor.profile import read_reference
 
     if service.reference is None:
         return None, "no reference configured"

@@ -421,7 +421,7 @@ def _overlaps(frame: pd.DataFrame, start: str, end: str) -> pd.Series:
 
 def score(out: Path) -> CaseScore:
     """Judge the stored results of a run against `truth.json`: the four criteria of docs/evaluation.md."""
-    from monitor import query
+    from monitor.investigate import query
     from storage.store import Store
 
     out = Path(out)

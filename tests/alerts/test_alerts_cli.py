@@ -12,7 +12,7 @@ from test_after_tick import at, write_window
 from typer.testing import CliRunner
 
 from monitor import config as config_mod
-from monitor.alerts import after_tick
+from monitor.alerts.evaluate import after_tick
 from storage.store import Store
 
 

@@ -20,7 +20,7 @@ def run(scenario: str, root: Path, fake, monkeypatch, *, hours: float = HOURS, o
     the stored incidents and verdicts."""
     from monitor import config as config_mod
     from monitor import demo
-    from monitor.alerts import after_tick
+    from monitor.alerts.evaluate import after_tick
     from monitor.notify import drain
     from monitor.simulate import generate
     from storage.store import Store

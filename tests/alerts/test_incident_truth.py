@@ -13,10 +13,10 @@ import pytest
 from alerts_support import make_config
 from sqlalchemy import select
 
-from monitor.alerts import Window, after_tick, effect_severity, lifecycle, onset_of
+from monitor.aggregate.partials import Partial, Sketch, merge_bytes
+from monitor.alerts.evaluate import Window, after_tick, effect_severity, lifecycle, onset_of
 from monitor.config import VerdictAlerts, parse
-from monitor.partials import Partial, Sketch, merge_bytes
-from monitor.verdict import HARMFUL, Evidence, decide
+from monitor.verdicts.verdict import HARMFUL, Evidence, decide
 from storage.models import AlertState, Outbox
 from storage.rows import PartialRow
 
@@ -350,7 +350,7 @@ def test_explain_and_the_report_start_at_the_onset(open_store, tmp_path, monkeyp
 
 
 def test_the_resolve_message_escapes_the_version_it_names():
-    from monitor.notify.slack import render
+    from monitor.alerts.render import render
 
     incident = {"id": 3, "service": "churn", "model_version": "v2 <!channel>", "verdict": "slower",
                 "status": "resolved", "revision": 4, "opened_at": T0 + W, "first_window_start": T0,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from monitor.alerts import (
+from monitor.alerts.evaluate import (
     Alert,
     OpenIncident,
     Sample,

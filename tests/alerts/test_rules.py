@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from checks.rules import above, evaluate, measure, parse_objective
+from monitor.aggregate.partials import Partial, Sketch
 from monitor.config import SloRule
-from monitor.partials import Partial, Sketch
-from monitor.rules import above, evaluate, measure, parse_objective
 
 END = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 

@@ -14,9 +14,9 @@ from alerts_support import TOKEN, make_config
 from sqlalchemy import select
 from test_after_tick import SLOWER_EPISODE, at, write_window
 
-from monitor.alerts import after_tick
+from monitor.aggregate.partials import Partial, Sketch, merge_bytes
+from monitor.alerts.evaluate import after_tick
 from monitor.notify import drain
-from monitor.partials import Partial, Sketch, merge_bytes
 from storage.models import Outbox
 from storage.rows import PartialRow
 
@@ -174,8 +174,8 @@ def test_webhook_fallback_posts_every_notification(open_store, tmp_path, fake_sl
 
 
 def test_routes_by_severity_and_labels_and_stays_within_slack_limits():
+    from monitor.alerts.render import render, route
     from monitor.config import Slack
-    from monitor.notify.slack import render, route
 
     slack = Slack(token={"env": "X"}, channel="#alerts",
                   routes=[{"match": {"severity": "warn"}, "channel": "#warn"},

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from test_after_tick import at, write_window
 from test_alerts_cli import slower_store, tw
 
-from monitor.alerts import after_tick
+from monitor.alerts.evaluate import after_tick
 from monitor.notify import drain
 from storage.models import Outbox
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from monitor.verdict import Evidence, decide
+from monitor.verdicts.verdict import Evidence, decide
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=15)

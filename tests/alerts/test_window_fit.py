@@ -12,8 +12,8 @@ import pytest
 from alerts_support import make_config
 from sqlalchemy import select
 
-from monitor.alerts import after_tick
-from monitor.partials import Partial, Sketch, merge_bytes
+from monitor.aggregate.partials import Partial, Sketch, merge_bytes
+from monitor.alerts.evaluate import after_tick
 from storage.models import AlertState, Outbox
 from storage.rows import PartialRow
 

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.partials import ALL, Partial, fold, merge_all
-from monitor.profile import Profile
+from monitor.aggregate.partials import ALL, Partial, fold, merge_all
+from monitor.aggregate.profile import Profile
 from monitor.schema import Schema
 
 T0 = pd.Timestamp("2026-03-01T00:00:00Z")
@@ -74,7 +74,7 @@ def healthy(n: int, rng: np.random.Generator, **shift) -> pd.DataFrame:
 
 @pytest.fixture(scope="session")
 def reference_profile() -> Profile:
-    from monitor.profile import build_profile
+    from monitor.aggregate.profile import build_profile
 
     return build_profile(healthy(5000, np.random.default_rng(12345)), SCHEMA)
 

@@ -1,4 +1,4 @@
-"""Baselines that hold their ground (monitor.windows.Anchors): a new version is compared with the accepted
+"""Baselines that hold their ground (monitor.verdicts.windows.Anchors): a new version is compared with the accepted
 one before it, an open incident's windows with the history before its onset, and a backlog scored in one
 call with the history before its first breaching window; a lagged trailing baseline catches slow drift."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.partials import ALL, fold, merge_bytes
-from monitor.windows import Anchors, baseline_ranges, score, store_scored
+from monitor.aggregate.partials import ALL, fold, merge_bytes
+from monitor.verdicts.windows import Anchors, baseline_ranges, score, store_scored
 
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
 DEPLOY = datetime(2026, 3, 8, 12, tzinfo=UTC)
@@ -165,7 +165,7 @@ def test_a_lagged_trailing_baseline_catches_a_slow_drift(store):
 
 
 def test_same_hour_baselines_held_at_an_anchor_are_the_days_before_it():
-    from monitor.windows import _before
+    from monitor.verdicts.windows import _before
 
     start = DEPLOY + 30 * HOUR
     ranges = _before(start, start + HOUR, "same_hour_7d", DEPLOY)
@@ -207,7 +207,7 @@ def test_a_burst_of_rejects_in_one_bucket_is_one_event_not_a_reject_rate(store):
 
 
 def test_an_anchored_baseline_is_read_once_per_call_however_many_windows_use_it(store, monkeypatch):
-    from monitor.partials import Partial
+    from monitor.aggregate.partials import Partial
 
     same_version_fault(store, hours=16)
     windows = [(DEPLOY + h * HOUR, DEPLOY + (h + 1) * HOUR) for h in range(16)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from checks.completeness import RateIncrease, missing_rate
-from monitor.partials import Partial
+from monitor.aggregate.partials import Partial
 
 
 def by_field(findings):

@@ -11,8 +11,8 @@ import pytest
 from checks.drift import DriftThreshold, drift, prediction_drift
 from checks.lengths import length_distribution
 from checks.stats import bh, chi2_two_sample, jensen_shannon, psi, wilson
-from monitor.partials import Partial
-from monitor.profile import build_profile
+from monitor.aggregate.partials import Partial
+from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 
 
@@ -115,7 +115,7 @@ def test_sparse_bins_are_pooled_before_the_chi_square():
 
 def test_a_quiet_window_needs_its_psi_interval_above_the_band():
     from checks.drift import histogram_findings
-    from monitor.profile import FieldProfile
+    from monitor.aggregate.profile import FieldProfile
 
     # A 1,409-row reference of a class score on its deciles; a night window of 236 requests from a healthy
     # week: chi-square p 0.0002, PSI 0.151 above the floor and the band (0.11), yet its interval reaches

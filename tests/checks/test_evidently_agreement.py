@@ -33,7 +33,7 @@ def evidently_scores(reference: pd.DataFrame, current: pd.DataFrame, column: str
 
 @pytest.fixture(scope="module")
 def data():
-    from monitor.profile import build_profile
+    from monitor.aggregate.profile import build_profile
     from monitor.schema import Schema
 
     rng = np.random.default_rng(5)

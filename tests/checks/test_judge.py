@@ -8,7 +8,7 @@ import pandas as pd
 from checks.judge import judge, rows_needed, summary
 from checks.ranges import RateLimit
 from checks.thresholds import range_band
-from monitor.profile import build_profile
+from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 
 

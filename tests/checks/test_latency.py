@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from checks.latency import LatencyThreshold, latency
-from monitor.partials import Partial
+from monitor.aggregate.partials import Partial
 
 
 def find(findings, **labels):
@@ -67,7 +67,7 @@ def low_traffic(make, rng: np.random.Generator, n: int, tail_slowdown: float = 1
 def test_a_tail_slowdown_decides_at_low_traffic_and_names_the_stage(make, window):
     from datetime import UTC, datetime, timedelta
 
-    from monitor.verdict import decide
+    from monitor.verdicts.verdict import decide
 
     rng = np.random.default_rng(19)
     baseline = window(low_traffic(make, rng, 165))
@@ -118,7 +118,7 @@ def test_healthy_windows_from_one_distribution_do_not_breach():
     the interval rule and the floors keep every quantile of every stage from breaching."""
     from collections import Counter
 
-    from monitor.partials import Sketch
+    from monitor.aggregate.partials import Sketch
 
     def partial(rng, n):
         model, parse = rng.lognormal(3.0, 0.5, n), rng.lognormal(1.0, 0.3, n)

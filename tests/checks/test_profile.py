@@ -8,7 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.profile import MAX_CATEGORIES, N_BINS, Profile, build_profile, profile_for, read_reference
+from monitor.aggregate.profile import (
+    MAX_CATEGORIES,
+    N_BINS,
+    Profile,
+    build_profile,
+    profile_for,
+    read_reference,
+)
 from monitor.schema import Schema
 
 SCHEMA = Schema(features={"x": "numeric", "c": "categorical", "t": "text"}, classes=["yes", "no"])

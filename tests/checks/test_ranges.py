@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from checks.ranges import RateLimit, out_of_range, unseen_categories
-from monitor.partials import Partial
-from monitor.profile import build_profile
+from monitor.aggregate.partials import Partial
+from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 
 

@@ -15,9 +15,9 @@ from checks.evaluate import evaluate, thresholds
 from checks.latency import LatencyThreshold, latency
 from checks.routing import HotspotThreshold, hotspot
 from checks.vocabulary import OovThreshold, oov_rate
+from monitor.aggregate.partials import ALL, Partial, fold, merge_all
+from monitor.aggregate.profile import Profile, build_profile
 from monitor.config import ConfigError, parse
-from monitor.partials import ALL, Partial, fold, merge_all
-from monitor.profile import Profile, build_profile
 from monitor.schema import Schema
 
 
@@ -142,7 +142,7 @@ def test_oov_empty_single_nan_and_cut_words(make, window, text_profile):
     [f] = oov_rate(few, profile, None, OovThreshold())
     assert f.status == "insufficient" and f.n <= 1
     # A long text's cut last word is dropped, not counted as new
-    from monitor.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate.profile import TOKEN_CHARS, tokens
     flat, parent = tokens(np.array(["word1 " * 100, "short words"], dtype=object))
     assert set(flat.to_pylist()) == {"word1", "short", "words"} and len(flat) == TOKEN_CHARS // 6 + 2
     assert list(parent[-2:]) == [1, 1]

@@ -19,8 +19,8 @@ from checks.base import REGISTRY
 from checks.evaluate import evaluate
 from monitor import config as config_mod
 from monitor.cli import app
-from monitor.runner import tick
-from monitor.verdict import decide
+from monitor.daemon.runner import tick
+from monitor.verdicts.verdict import decide
 from storage.store import Store
 
 FEATURES = [f"px{i:02d}" for i in range(64)]

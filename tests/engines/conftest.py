@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from monitor import config as config_mod
+from monitor.daemon.engines import dataset as layout
+from monitor.daemon.runner import tick
 from monitor.demo import demo_config
-from monitor.engines import dataset as layout
-from monitor.runner import tick
 from monitor.simulate import generate
 from storage.store import Store
 

@@ -14,11 +14,11 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
+from monitor.aggregate.partials import RELATIVE_ACCURACY, Partial
 from monitor.config import Engine
-from monitor.engines.local import Scan, dataset_timed, open_dataset
-from monitor.engines.scan import fold_dataset, run_scan, windows_between
-from monitor.partials import RELATIVE_ACCURACY, Partial
-from monitor.windows import score
+from monitor.daemon.engines.local import Scan, dataset_timed, open_dataset
+from monitor.daemon.engines.scan import fold_dataset, run_scan, windows_between
+from monitor.verdicts.windows import score
 from storage.store import Store
 
 PARTITION_ROWS = 3_000  # several slices per hourly partition: partials of one bucket merge across slices
@@ -60,7 +60,7 @@ def all_findings(store: Store, world: dict) -> dict:
     keys = stored(store)
     first = min(k[1] for k in keys)
     last = max(k[1] for k in keys) + service.buckets.size
-    from monitor.profile import stored_profile
+    from monitor.aggregate.profile import stored_profile
 
     profile, _ = stored_profile(store, service)
     out = {}

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from test_engines_agree import assert_same_partial
 
+from monitor.aggregate.partials import Partial
 from monitor.config import Engine
-from monitor.engines.local import Scan, filesystem, open_dataset, plan, read_piece, scan_plan
-from monitor.engines.scan import fold_dataset
-from monitor.partials import Partial
+from monitor.daemon.engines.local import Scan, filesystem, open_dataset, plan, read_piece, scan_plan
+from monitor.daemon.engines.scan import fold_dataset
 
 
 def rewrite(world: dict, out, row_group_rows: int, files: int) -> int:

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
+from monitor.aggregate.partials import Partial
 from monitor.config import Engine
-from monitor.engines.local import Scan
-from monitor.engines.scan import fold_dataset
-from monitor.partials import Partial
+from monitor.daemon.engines.local import Scan
+from monitor.daemon.engines.scan import fold_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def spark(tmp_path_factory):
 
 
 def test_spark_partials_equal_local_engine(world, spark):
-    from monitor.engines.spark import fold_spark
+    from monitor.daemon.engines.spark import fold_spark
 
     config = world["config"]
     service = config.services[0]
@@ -55,7 +55,7 @@ def test_spark_partials_equal_local_engine(world, spark):
 
 
 def test_spark_needs_a_utc_session(world, spark):
-    from monitor.engines.spark import fold_spark
+    from monitor.daemon.engines.spark import fold_spark
 
     config = world["config"]
     scan = Scan.of(config.services[0], config.limits, None, world["now"], timed=True)

@@ -17,7 +17,7 @@ from tests_support import stored_rows, valid_row
 
 from monitor import config as config_mod
 from monitor.contract import Reason
-from monitor.runner import tick
+from monitor.daemon.runner import tick
 from storage.models import QuarantineRow
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
@@ -239,7 +239,7 @@ def test_timings_wait_for_late_predictions_within_lateness(store, tmp_path):
 
 
 def test_text_chunks_hold_at_most_chunk_rows_lines(tmp_path):
-    from monitor.sources import _complete_chunks
+    from monitor.ingest.sources import _complete_chunks
 
     path = tmp_path / "narrow.jsonl"
     path.write_bytes(b"".join(b'{"i":%d}\n' % i for i in range(10)) + b'{"i":')
@@ -270,7 +270,7 @@ def test_first_sightings_of_each_version_field_are_recorded(store, tmp_path):
 def test_a_tick_keeps_older_objects_from_full_collections_until_it_ends(store, tmp_path, monkeypatch):
     # What was alive before the tick is frozen during it (a full collection then walks only the tick's own
     # objects), and unfrozen after, whether the tick succeeds or raises.
-    from monitor import runner
+    from monitor.daemon import runner
 
     (tmp_path / "p").mkdir()
     (tmp_path / "t").mkdir()
@@ -300,7 +300,7 @@ def test_lines_nested_too_deep_are_quarantined_however_they_are_found():
     # Lines of 1 KiB and more are scanned for their depth before pyarrow sees them (it crashes past 10,000
     # levels); a shorter one is found by the nesting of the parsed types, or among the lines pyarrow refuses.
     from monitor.config import Limits
-    from monitor.sources import MAX_JSON_DEPTH, parse_jsonl
+    from monitor.ingest.sources import MAX_JSON_DEPTH, parse_jsonl
 
     def nested(levels: int, close: bool = True) -> bytes:
         inner = b"[" * (levels - 1) + b"1" + (b"]" * (levels - 1) if close else b"")
@@ -326,8 +326,8 @@ def test_odd_lines_keep_their_values_whichever_blocks_held_only_nulls(monkeypatc
     # a null where another has a number: pandas' concat warned there (it will type such columns otherwise).
     import warnings
 
-    from monitor import sources
     from monitor.config import Limits
+    from monitor.ingest import sources
 
     monkeypatch.setattr(sources, "_JSON_BLOCK_LINES", 1)  # a table per line, as a line of odd types makes
     odd = {4: valid_row(4) | {"ts": -1, "latency_ms": None}, 7: valid_row(7) | {"tenure": "x", "latency_ms": 12.5}}
@@ -365,7 +365,7 @@ def _chunked_jsonl(tmp_path) -> tuple[config_mod.Config, object, dict[int, Reaso
 
 def _lines_of(batch) -> list[int]:
     """The lines a batch holds rows of, in order (the few rows of odd types are kept apart, in `frame`)."""
-    from monitor.sources import LINE
+    from monitor.ingest.sources import LINE
 
     table = batch.table[LINE].to_pylist() if batch.table is not None else []
     assert table == sorted(table)
@@ -373,7 +373,7 @@ def _lines_of(batch) -> list[int]:
 
 
 def test_jsonl_chunks_parsed_ahead_come_out_in_order_exactly_once(tmp_path, monkeypatch):
-    from monitor import sources
+    from monitor.ingest import sources
 
     cfg, f, reasons, rows = _chunked_jsonl(tmp_path)
     monkeypatch.setattr(sources, "_JSON_BLOCK_LINES", 3)  # several blocks per chunk too
@@ -416,7 +416,7 @@ def _parse_threads() -> set:
 
 
 def test_jsonl_read_stopped_early_or_failing_leaves_no_parse_thread(tmp_path, monkeypatch):
-    from monitor import sources
+    from monitor.ingest import sources
 
     cfg, _, _, _ = _chunked_jsonl(tmp_path)
     source = sources.DirectorySource("p", cfg.services[0].sources.predictions, cfg.limits)

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor.contract import STAGES, Reason
-from monitor.otlp import COLUMNS, Reject, parse_otlp
+from monitor.ingest.otlp import COLUMNS, Reject, parse_otlp
 
 T0 = 1_717_243_200_000_000_000  # 2024-06-01T12:00:00Z in ns
 MS = 1_000_000

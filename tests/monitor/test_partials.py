@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests_support import v2_bytes
 
-from monitor.partials import (
+from monitor.aggregate.partials import (
     ALL,
     BINARY,
     BINARY_V2,
@@ -31,7 +31,7 @@ from monitor.partials import (
     merge_all,
     merge_bytes,
 )
-from monitor.profile import build_profile
+from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 
 T0 = pd.Timestamp("2026-03-01T00:00:00Z")
@@ -378,7 +378,7 @@ def test_a_tick_with_a_reference_stores_histograms_sketches_and_findings_inputs(
     from datetime import UTC, datetime
 
     from monitor import config as config_mod
-    from monitor.runner import tick
+    from monitor.daemon.runner import tick
 
     now = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
     (tmp_path / "p").mkdir()
@@ -434,7 +434,7 @@ def test_merge_all_of_many_sketches_unseen_and_mixed_profiles():
 
 
 def test_large_object_columns_bin_like_the_plain_lookups():
-    from monitor.profile import FieldProfile, as_category, lengths
+    from monitor.aggregate.profile import FieldProfile, as_category, lengths
 
     rng = np.random.default_rng(4)
     pool = np.array(["a", "b", "ccc", None, float("nan"), "", "a" * 40], dtype=object)
@@ -454,7 +454,7 @@ def test_large_object_columns_bin_like_the_plain_lookups():
 
 
 def test_profile_edges_and_counts_match_numpy_quantiles():
-    from monitor.profile import N_BINS
+    from monitor.aggregate.profile import N_BINS
 
     rng = np.random.default_rng(5)
     for values in (rng.normal(size=5001), rng.integers(0, 4, 3000).astype(float), np.r_[rng.lognormal(0, 3, 999), np.inf, -np.inf, np.nan]):
@@ -482,8 +482,8 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
     """Arrow's utf8_split_whitespace reads the byte after a text that ends in whitespace; after the last
     text that is uninitialized memory. Regression: a cut text ending in a word then a space (the last of
     its fold) lost that word, or kept it, run by run (`tokens:<field>` one off between engines)."""
-    from monitor import profile as profile_mod
-    from monitor.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate import profile as profile_mod
+    from monitor.aggregate.profile import TOKEN_CHARS, tokens
 
     cut_after_space = "a" * (TOKEN_CHARS - 6) + " Word tail"  # the first TOKEN_CHARS characters end in "word "
     texts = np.array(["keep it", "no cut, ends in a space! ", cut_after_space, "the end "], dtype=object)
@@ -506,8 +506,8 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
 def test_tokens_in_steps_are_the_tokens_of_the_whole_column(monkeypatch):
     """Tokenizing a column a few texts at a time gives the tokens and parents of one pass over it, on
     random texts: Unicode, every ASCII whitespace and separator, punctuation, texts cut mid-word."""
-    from monitor import profile as profile_mod
-    from monitor.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate import profile as profile_mod
+    from monitor.aggregate.profile import TOKEN_CHARS, tokens
 
     rng = np.random.default_rng(7)
     alphabet = list("abcXYZ09 .,!?'\"-") + [chr(c) for c in range(0x09, 0x0E)] + [chr(c) for c in range(0x1C, 0x21)]

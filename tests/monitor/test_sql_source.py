@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from tests_support import valid_row
 
 from monitor import config as config_mod
-from monitor.runner import tick
+from monitor.daemon.runner import tick
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 

@@ -32,9 +32,9 @@ from opsfeed import (
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from monitor import backfill, jobs
 from monitor import config as config_mod
 from monitor.cli import app
+from monitor.daemon import backfill, jobs
 from storage.store import Store
 
 STEP = timedelta(minutes=5)

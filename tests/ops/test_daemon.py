@@ -113,7 +113,7 @@ def _drain(sock: socket.socket, into: list) -> bool:
 DRIVER = """
 import logging, os, sys, time
 from pathlib import Path
-from monitor import jobs
+from monitor.daemon import jobs
 
 marks = Path(sys.argv[1])
 

@@ -22,7 +22,7 @@ from opsfeed import (
 )
 
 from monitor import config as config_mod
-from monitor import jobs
+from monitor.daemon import jobs
 from storage.store import Store
 
 NOW = "2026-11-02T12:00:00Z"

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 from test_daemon import get
 
-from monitor.health import Health, Metrics, serve
+from monitor.daemon.health import Health, Metrics, serve
 from storage.store import Store
 
 

@@ -14,9 +14,10 @@ import pytest
 from opsfeed import write_config
 
 from monitor import config as config_mod
-from monitor import daemon, jobs, logs, scheduler
 from monitor.config import ConfigError
-from monitor.health import Metrics
+from monitor.daemon import jobs, logs, scheduler
+from monitor.daemon import service as daemon
+from monitor.daemon.health import Metrics
 
 CANARY = "s3cr3t/canary+token=="
 

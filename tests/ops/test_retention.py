@@ -9,9 +9,9 @@ from opsfeed import START, feed_lines, partial_table, write_all, write_config
 from sqlalchemy import func, insert, select
 
 from monitor import config as config_mod
-from monitor import jobs, retention
-from monitor.partials import Partial, merge_all
-from monitor.windows import score
+from monitor.aggregate.partials import Partial, merge_all
+from monitor.daemon import jobs, retention
+from monitor.verdicts.windows import score
 from storage.models import Outbox, QuarantineRow
 
 TIERS = {"tiers": [{"after": "2h", "bucket": "1h"}, {"after": "1d", "bucket": "1d"}],

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from monitor import config as config_mod
-from monitor.quality import reference_quality, score_window
-from monitor.verdict import decide
+from monitor.verdicts.quality import reference_quality, score_window
+from monitor.verdicts.verdict import decide
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -183,7 +183,7 @@ def test_a_periods_windows_are_one_family_whichever_are_scored_together(store, t
     six: no breach, whether the windows are scored together, one by one in any order, or again. When
     more labels land in a second window and it drops too, re-scoring that window alone re-decides the
     first (now two small p-values of six: both breach)."""
-    from monitor.quality import score_service
+    from monitor.verdicts.quality import score_service
 
     rule = [{"name": "recall", "metric": "recall", "class": "Yes", "max_drop": 0.0}]
     svc = service(tmp_path, reference_frame(binary(500, 450, 500, 480)), rule)

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from monitor import config as config_mod
-from monitor.profile import build_profile, read_reference
-from monitor.quality import reference_quality, score_service
-from monitor.runner import tick
+from monitor.aggregate.profile import build_profile, read_reference
+from monitor.daemon.runner import tick
+from monitor.verdicts.quality import reference_quality, score_service
 from storage.store import Store
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from monitor import config as config_mod
-from monitor.quality import reference_quality, score_window
+from monitor.verdicts.quality import reference_quality, score_window
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 CLASSES = ("a", "b", "c")

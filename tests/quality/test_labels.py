@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
-from monitor.runner import tick
+from monitor.daemon.runner import tick
 from storage.models import LabelRow, ScoredPrediction
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)

@@ -13,8 +13,8 @@ import yaml
 from support import RULES, at, quality_config, quality_raw, release_labels, simulate
 from typer.testing import CliRunner
 
-from monitor.nightly import run_nightly
-from monitor.runner import tick
+from monitor.daemon.nightly import run_nightly
+from monitor.daemon.runner import tick
 from storage.store import Store
 
 pytestmark = pytest.mark.slow

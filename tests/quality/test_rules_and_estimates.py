@@ -182,7 +182,7 @@ def test_a_matured_estimate_is_not_a_failed_check() -> None:
     window raises no `error` alert for it."""
     from datetime import UTC, datetime, timedelta
 
-    from monitor.verdict import decide
+    from monitor.verdicts.verdict import decide
 
     y, pred, proba = calibrated(5_000, seed=5, threshold=0.5)
     realized = {(m.metric, m.cls): m.value for m in measure(Labelled(y, pred, proba, CLS), "Yes", samples=0)}

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from monitor import query as q
-from monitor import retention
+from monitor.aggregate.partials import fold, merge_bytes
+from monitor.aggregate.profile import build_profile
 from monitor.cli import app
+from monitor.daemon import retention
+from monitor.investigate import query as q
 from monitor.investigate.explain import explain
-from monitor.partials import fold, merge_bytes
-from monitor.profile import build_profile
 from monitor.schema import Schema
 from storage.models import Incident, VerdictRow
 from storage.store import Store

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from monitor import query as q
 from monitor.cli import app
+from monitor.investigate import query as q
 from monitor.investigate.explain import explain
 from storage.models import Incident, VerdictRow
 

@@ -64,12 +64,12 @@ def run(scenario: str, work: str) -> dict:
     from rich.console import Console
 
     from monitor import config as config_mod
-    from monitor import query
-    from monitor.alerts import after_tick
+    from monitor.alerts.evaluate import after_tick
+    from monitor.daemon.nightly import run_nightly
+    from monitor.daemon.runner import tick
     from monitor.demo import demo_config, replay
+    from monitor.investigate import query
     from monitor.investigate.explain import explain, render
-    from monitor.nightly import run_nightly
-    from monitor.runner import tick
     from monitor.simulate import generate
     from storage.models import Incident
     from storage.store import Store

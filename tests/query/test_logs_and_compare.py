@@ -8,9 +8,9 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
+from monitor.aggregate.profile import stored_profile
 from monitor.investigate.compare import compare
 from monitor.investigate.logs import drill
-from monitor.profile import stored_profile
 from storage.store import Store
 
 

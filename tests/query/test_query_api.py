@@ -1,4 +1,4 @@
-"""monitor.query on a store filled by the pipeline (SQLite and PostgreSQL): filters, group-by, metrics
+"""monitor.investigate.query on a store filled by the pipeline (SQLite and PostgreSQL): filters, group-by, metrics
 checked against the raw logs, ticks and quarantine."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select
 from tests_support import v2_bytes
 
-from monitor import query as q
-from monitor.partials import ALL, Partial, merge_all
+from monitor.aggregate.partials import ALL, Partial, merge_all
+from monitor.investigate import query as q
 from storage.models import BucketPartial
 
 WINDOW = timedelta(minutes=15)

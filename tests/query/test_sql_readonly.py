@@ -8,7 +8,7 @@ import re
 import pytest
 from sqlalchemy import func, select
 
-from monitor import query as q
+from monitor.investigate import query as q
 from storage.models import Base
 
 

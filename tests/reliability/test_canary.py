@@ -256,7 +256,7 @@ def test_canary_secrets_never_leave_through_any_output(tmp_path, slack, pg_schem
 
 def test_health_server_binds_loopback_by_default():
     assert config_mod.Health().host == "127.0.0.1"
-    from monitor.health import Health, Metrics, serve
+    from monitor.daemon.health import Health, Metrics, serve
 
     cfg = config_mod.parse({"services": [{"name": "s", "sources": {"predictions": {"kind": "files", "path": "."}}}]},
                            base_dir=Path.cwd())
@@ -341,7 +341,7 @@ def sql_store(request, tmp_path):
 
 
 def test_query_sql_writes_nothing(sql_store, tmp_path, record_property):
-    from monitor import query as q
+    from monitor.investigate import query as q
 
     store = sql_store
     sqlite = store.url.get_backend_name() == "sqlite"
@@ -375,7 +375,7 @@ def test_slack_messages_are_aggregates_only(tmp_path, slack, record_property):
     label names; never a request id or a feature value of a request."""
     from alerts_support import make_config
 
-    from monitor.alerts import after_tick
+    from monitor.alerts.evaluate import after_tick
     from monitor.notify import drain
 
     token = tmp_path / "token"

@@ -91,7 +91,7 @@ def _outbox_config(work: Path, slack_url: str):
 def outbox_worker(work: str, slack_url: str, kill: tuple | None) -> None:
     """The daemon's after-tick stages, step by step: after_tick then drain; a restart redoes the step it
     was killed in (the progress file says which steps completed), then a last drain an hour later."""
-    from monitor.alerts import after_tick
+    from monitor.alerts.evaluate import after_tick
     from monitor.notify import drain
 
     _no_proxy()
@@ -111,7 +111,7 @@ def outbox_worker(work: str, slack_url: str, kill: tuple | None) -> None:
 
 def nightly_worker(work: str, now: str, kill: tuple | None) -> None:
     """One nightly quality run at `now`."""
-    from monitor.nightly import run_nightly
+    from monitor.daemon.nightly import run_nightly
 
     _arm(kill)
     root = Path(work)
@@ -130,7 +130,7 @@ def nightly_config(root: Path):
 def forkserver():
     """A multiprocessing context whose workers fork from a server that imported tailwatch once."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["monitor.alerts", "monitor.notify", "monitor.nightly", "storage.store",
+    ctx.set_forkserver_preload(["monitor.alerts.evaluate", "monitor.notify", "monitor.daemon.nightly", "storage.store",
                                 "alerts_support", "support", "test_after_tick", "test_crash"])
     return ctx
 
@@ -376,7 +376,7 @@ def test_nightly_killed_at_seeded_points_equals_an_uninterrupted_run(tmp_path, f
     # The tick scores with the first few labels; by the nightly run's clock the windows have matured by age,
     # so the nightly run writes quality figures the tick could not.
     release_labels(template, labels, sim_at(truth, 0.2), 0)
-    from monitor.runner import tick
+    from monitor.daemon.runner import tick
 
     [report] = tick(nightly_config(template), store, sim_at(truth, 0.2))
     assert report.status == "ok", report.error

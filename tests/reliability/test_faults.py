@@ -16,9 +16,9 @@ from sqlalchemy import text
 from tests_support import valid_row
 
 from monitor import config as config_mod
-from monitor import sources as sources_mod
-from monitor.partials import ALL, Partial
-from monitor.runner import tick
+from monitor.aggregate.partials import ALL, Partial
+from monitor.daemon.runner import tick
+from monitor.ingest import sources as sources_mod
 from storage.store import Store
 
 pytestmark = pytest.mark.reliability

@@ -28,7 +28,7 @@ from tests_support import stored_rows, valid_row
 
 from monitor import config as config_mod
 from monitor.contract import Reason
-from monitor.runner import tick
+from monitor.daemon.runner import tick
 from storage.store import Store
 
 pytestmark = pytest.mark.reliability

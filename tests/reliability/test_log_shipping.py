@@ -17,8 +17,8 @@ from tests_support import stored_rows, valid_row
 from typer.testing import CliRunner
 
 from monitor import config as config_mod
-from monitor import sources as sources_mod
-from monitor.runner import tick
+from monitor.daemon.runner import tick
+from monitor.ingest import sources as sources_mod
 from storage.store import Store
 
 pytestmark = pytest.mark.reliability
@@ -269,7 +269,7 @@ def test_boolean_features(tmp_path, store, record_property, fmt):
 
 def test_raw_log_readers_skip_what_the_tick_quarantines(tmp_path, store, record_property, monkeypatch):
     from monitor.cli import app
-    from monitor.engines.dataset import read_jsonl
+    from monitor.daemon.engines.dataset import read_jsonl
     from monitor.investigate.logs import drill
 
     logs = tmp_path / "logs"

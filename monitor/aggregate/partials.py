@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from ddsketch.mapping import LogarithmicMapping
 
-from monitor import keys
-from monitor.frame import STAGE_PREFIX
-from monitor.profile import (
+from monitor.aggregate import keys
+from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.aggregate.profile import (
     FieldProfile,
     Profile,
     _bins,

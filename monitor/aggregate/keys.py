@@ -5,6 +5,8 @@ Keys are strings in stored payloads (`kind:name`); these builders are the only p
 
 from __future__ import annotations
 
+STAGE_PREFIX = "stage."  # a stage's duration in ms: its sketch key and its column in the joined frame
+
 
 def status(value: str) -> str:
     """Rows of request status `value` (`ok`, `timeout`, `rejected`, `error`)."""

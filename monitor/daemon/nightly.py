@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from monitor.config import Config
-from monitor.quality import WindowQuality, realized_error, score_service
-from monitor.windows import floor_to
+from monitor.verdicts.quality import WindowQuality, realized_error, score_service
+from monitor.verdicts.windows import floor_to
 from storage.store import Store, utc
 
 

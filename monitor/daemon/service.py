@@ -17,9 +17,9 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
-from monitor import jobs, leader, scheduler
 from monitor.config import Config
-from monitor.health import Health, Metrics, serve
+from monitor.daemon import jobs, leader, scheduler
+from monitor.daemon.health import Health, Metrics, serve
 from monitor.notify import undeliverable
 from storage.store import Store
 

@@ -22,17 +22,17 @@ from pandas._libs import hashtable
 
 from checks.evaluate import compare_with
 from checks.judge import judge, summary
+from monitor.aggregate.partials import fold, merge_bytes
+from monitor.aggregate.profile import Profile, stored_profile
 from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
-from monitor.frame import ARRIVED, Joined, combined_hashes, from_blobs, join, to_blob
-from monitor.labels import label_batch, orphan_reject, scored_rows
+from monitor.ingest.frame import ARRIVED, Joined, combined_hashes, from_blobs, join, to_blob
+from monitor.ingest.labels import label_batch, orphan_reject, scored_rows
+from monitor.ingest.sources import FILE, LINE, Batch, DirectorySource, SqlTableSource, open_source
+from monitor.ingest.validate import validate
 from monitor.memory import release_memory
-from monitor.partials import fold, merge_bytes
-from monitor.profile import Profile, stored_profile
-from monitor.quality import score_service, windows_holding
-from monitor.sources import FILE, LINE, Batch, DirectorySource, SqlTableSource, open_source
-from monitor.validate import validate
-from monitor.windows import Anchors, score, store_scored, windows_for
+from monitor.verdicts.quality import score_service, windows_holding
+from monitor.verdicts.windows import Anchors, score, store_scored, windows_for
 from storage.store import Store
 
 

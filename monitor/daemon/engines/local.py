@@ -2,10 +2,10 @@
 
 Input layout (docs/scale.md): a Parquet dataset (a file, or a directory of files, hive-partitioned or
 not; a local path or an fsspec URL) of prediction rows, each with its stage timings already joined as
-`stage.<name>` columns (ms; null: no timing of that stage), the wide form `monitor.frame.join` gives.
-A chunk goes through the runner's own steps: contract validation (`monitor.validate`), the join
-(`monitor.frame.join`, which derives `joined` / `stage_rows` and drops repeated request_ids), and
-`monitor.partials.fold`.
+`stage.<name>` columns (ms; null: no timing of that stage), the wide form `monitor.ingest.frame.join` gives.
+A chunk goes through the runner's own steps: contract validation (`monitor.ingest.validate`), the join
+(`monitor.ingest.frame.join`, which derives `joined` / `stage_rows` and drops repeated request_ids), and
+`monitor.aggregate.partials.fold`.
 """
 
 from __future__ import annotations
@@ -23,17 +23,19 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from monitor.aggregate.partials import Partial, fold, merge_all, merge_bytes
+from monitor.aggregate.profile import Profile
 from monitor.config import Limits, Service
 from monitor.contract import RecordKind
-from monitor.engines.dataset import HOUR_FORMAT, PARTITION
-from monitor.frame import ARRIVED, STAGE_PREFIX, join
+from monitor.daemon.engines.dataset import HOUR_FORMAT, PARTITION
+from monitor.ingest.frame import ARRIVED, STAGE_PREFIX, join
+from monitor.ingest.sources import LINE
+from monitor.ingest.sources import (
+    _flag_oversize as flag_oversize,  # the same oversize rule as the file sources
+)
+from monitor.ingest.validate import field_kinds, validate
 from monitor.memory import release_memory
-from monitor.partials import Partial, fold, merge_all, merge_bytes
-from monitor.profile import Profile
 from monitor.schema import Schema
-from monitor.sources import LINE
-from monitor.sources import _flag_oversize as flag_oversize  # the same oversize rule as the file sources
-from monitor.validate import field_kinds, validate
 from storage.rows import PartialRow
 from storage.store import Store
 
@@ -187,7 +189,7 @@ def open_dataset(dataset: str, storage_options: dict | None = None) -> ds.Datase
 def partition_filters(partition_columns: list[str], since: datetime | None,
                       until: datetime | None) -> list[tuple] | None:
     """Filters that skip whole `hour=` partitions outside [since, until) (the layout of
-    `monitor.engines.dataset`); None when the dataset is not partitioned so, or the scan is unbounded."""
+    `monitor.daemon.engines.dataset`); None when the dataset is not partitioned so, or the scan is unbounded."""
     if PARTITION not in partition_columns or (since is None and until is None):
         return None
     out = []

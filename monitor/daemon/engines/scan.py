@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from monitor.aggregate.profile import stored_profile
 from monitor.config import Config, Engine, Service
-from monitor.engines import local
-from monitor.engines.local import Scan, ScanResult, store_partials
-from monitor.profile import stored_profile
-from monitor.runner import load_anchors
-from monitor.windows import Scored, floor_to, score, store_scored
+from monitor.daemon.engines import local
+from monitor.daemon.engines.local import Scan, ScanResult, store_partials
+from monitor.daemon.runner import load_anchors
+from monitor.verdicts.windows import Scored, floor_to, score, store_scored
 from storage.store import Store
 
 
@@ -29,7 +29,7 @@ def fold_dataset(dataset: str, scan: Scan, engine: Engine, client=None,
     `engine` names, or on a LocalCluster started and closed here)."""
     if engine.kind == "local":
         return local.scan(dataset, scan, engine.partition_rows, storage_options)
-    from monitor.engines import dask as dask_engine
+    from monitor.daemon.engines import dask as dask_engine
 
     if client is not None:
         return dask_engine.scan(dataset, scan, client, engine.partition_rows, storage_options)

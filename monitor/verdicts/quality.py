@@ -38,8 +38,8 @@ from checks.quality import (
 )
 from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
-from monitor.labels import ALL_GROUP, attr_frame, groups
-from monitor.windows import floor_to
+from monitor.ingest.labels import ALL_GROUP, attr_frame, groups
+from monitor.verdicts.windows import floor_to
 from storage.store import Store
 
 
@@ -344,7 +344,7 @@ _REFERENCES: dict[tuple, Reference] = {}  # by file identity and service config:
 def _reference(path: str, service: Service) -> Reference:
     from sklearn.isotonic import IsotonicRegression
 
-    from monitor.profile import read_reference
+    from monitor.aggregate.profile import read_reference
 
     frame = read_reference(path)
     if "label" not in frame:

@@ -45,12 +45,12 @@ from rich.progress import (
 )
 from sqlalchemy.orm import Session
 
-from monitor import jobs
 from monitor.config import Config, FileSource, Service
+from monitor.daemon import jobs
 from monitor.durations import duration_text
-from monitor.otlp import parse_otlp
-from monitor.sources import _BOM, LINE, DirectorySource, file_format, parse_csv, parse_jsonl
-from monitor.validate import _from_epoch
+from monitor.ingest.otlp import parse_otlp
+from monitor.ingest.sources import _BOM, LINE, DirectorySource, file_format, parse_csv, parse_jsonl
+from monitor.ingest.validate import _from_epoch
 from storage.store import Store
 
 log = logging.getLogger(__name__)

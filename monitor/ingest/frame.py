@@ -17,8 +17,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from monitor.aggregate.keys import STAGE_PREFIX
+
 ARRIVED = "_arrived"  # when the row was read (the tick's clock): the lateness bound counts from here
-STAGE_PREFIX = "stage."  # wide columns holding each stage's duration in ms
 
 
 @dataclass(frozen=True)

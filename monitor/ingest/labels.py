@@ -1,7 +1,7 @@
 """Delayed labels: what each prediction keeps until its label arrives, the label rows of a batch, and the
 groups quality is scored per (segments, input-length buckets, expressions).
 
-The tick (monitor.runner) reads the label source; this module holds the pure pieces it and the quality
+The tick (monitor.daemon.runner) reads the label source; this module holds the pure pieces it and the quality
 scorer share.
 """
 
@@ -14,11 +14,11 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from monitor.aggregate.profile import lengths
 from monitor.classes import class_names
 from monitor.config import Service, expression_columns
 from monitor.contract import Reason, Reject, excerpt
-from monitor.profile import lengths
-from monitor.sources import LINE
+from monitor.ingest.sources import LINE
 
 ALL_GROUP = "all"
 LENGTH_SUFFIX = "_length"

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from monitor.config import FileSource, Limits, SqlSource
 from monitor.contract import Reason, Reject, excerpt
-from monitor.frame import is_text
+from monitor.ingest.frame import is_text
 from storage.store import OffsetState
 
 LINE = "_line"  # column carrying each row's 1-based line (or row) number within its file
@@ -1172,7 +1172,7 @@ def parse_csv(buf: bytes, header: bytes, skip_header: bool, first_line: int, fil
 
 def parse_otlp_lines(buf: bytes, first_line: int, file: str) -> tuple[pd.DataFrame, list[Reject], int]:
     """Stage timings from OTLP-JSON trace documents (one per line, or one pretty-printed document)."""
-    from monitor.otlp import parse_otlp
+    from monitor.ingest.otlp import parse_otlp
 
     n = buf.count(b"\n")
     frame, rejects = parse_otlp(buf, source=file)

@@ -16,15 +16,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from monitor import logs, retention
-from monitor.alerts import after_tick
+from monitor.aggregate.profile import stored_profile
+from monitor.alerts.evaluate import after_tick
 from monitor.config import Config
-from monitor.health import Metrics
-from monitor.nightly import run_nightly
+from monitor.daemon import logs, retention
+from monitor.daemon.health import Metrics
+from monitor.daemon.nightly import run_nightly
+from monitor.daemon.runner import TickReport, load_anchors, tick
 from monitor.notify import drain, undeliverable
-from monitor.profile import stored_profile
-from monitor.runner import TickReport, load_anchors, tick
-from monitor.windows import score, store_scored, windows_for
+from monitor.verdicts.windows import score, store_scored, windows_for
 from storage.store import Store, TickRecord
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ from checks.base import REGISTRY, Finding, Trailing, trailing
 from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
 from checks.stats import dispersion
-from monitor import keys
-from monitor.partials import ALL, Partial, merge_all
-from monitor.profile import Profile
+from monitor.aggregate import keys
+from monitor.aggregate.partials import ALL, Partial, merge_all
+from monitor.aggregate.profile import Profile
 from storage.store import Store
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -81,7 +81,7 @@ def _before(start: datetime, end: datetime, kind: str, until: datetime) -> list[
 
 @dataclass(frozen=True)
 class Anchors:
-    """What holds baselines in place, loaded by the caller (monitor.runner.load_anchors): a baseline never
+    """What holds baselines in place, loaded by the caller (monitor.daemon.runner.load_anchors): a baseline never
     contains the regression it judges. A window of version v is compared with the history before its
     anchor (anchors_of: the earliest with history before it); with none, with its trailing history
     (baseline_ranges, `lag` before it)."""

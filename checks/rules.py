@@ -16,10 +16,10 @@ from datetime import datetime, timedelta
 
 from ddsketch.mapping import LogarithmicMapping
 
-from monitor import keys
+from monitor.aggregate import keys
+from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.aggregate.partials import ALL, LATENCY, RELATIVE_ACCURACY, Partial, Sketch, merge_all
 from monitor.durations import duration_text
-from monitor.frame import STAGE_PREFIX
-from monitor.partials import ALL, LATENCY, RELATIVE_ACCURACY, Partial, Sketch, merge_all
 
 OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, "<": operator.lt, ">=": operator.ge,
                                                   ">": operator.gt}

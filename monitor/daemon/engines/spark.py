@@ -21,9 +21,9 @@ from collections.abc import Iterator
 import pandas as pd
 import pyarrow as pa
 
-from monitor.engines.dask import from_frame, to_frame
-from monitor.engines.local import DEFAULT_PARTITION_ROWS, Scan, ScanResult, chunk_partials, merge_rows
-from monitor.frame import STAGE_PREFIX
+from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.daemon.engines.dask import from_frame, to_frame
+from monitor.daemon.engines.local import DEFAULT_PARTITION_ROWS, Scan, ScanResult, chunk_partials, merge_rows
 
 # Spark reads a dot in a column name as a struct field: stage columns travel as `stage__<name>`.
 SPARK_STAGE_PREFIX = "stage__"

@@ -31,16 +31,6 @@ TICK, NIGHTLY, HEARTBEAT, LEADER_CHECK = "tick", "nightly", "heartbeat", "leader
 WORKERS = 4
 
 
-def check_cron(expr: str) -> None:
-    """Raise ValueError unless `expr` is a 5-field crontab expression APScheduler accepts."""
-    if len(expr.split()) != 5:
-        raise ValueError(f"not a 5-field cron expression (minute hour day month weekday): {expr!r}")
-    try:
-        CronTrigger.from_crontab(expr, timezone=UTC)
-    except ValueError as exc:
-        raise ValueError(f"not a valid cron expression {expr!r}: {exc}") from None
-
-
 def build(
     *,
     tick: Callable[[], object],

@@ -24,9 +24,18 @@ import pandas as pd
 from sqlalchemy import func, select
 
 from checks.latency import QUANTILES
-from monitor import keys
-from monitor.frame import STAGE_PREFIX
-from monitor.partials import ALL, BINARY, BINARY_V2, LATENCY, Partial, Sketch, merge_all, payload_floats
+from monitor.aggregate import keys
+from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.aggregate.partials import (
+    ALL,
+    BINARY,
+    BINARY_V2,
+    LATENCY,
+    Partial,
+    Sketch,
+    merge_all,
+    payload_floats,
+)
 from storage import models
 from storage.models import BucketPartial, FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
 from storage.store import SQL_READER_ROLE, Store, StoreError, utc

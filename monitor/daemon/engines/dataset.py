@@ -16,12 +16,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from monitor.aggregate.keys import STAGE_PREFIX
 from monitor.config import Limits
 from monitor.contract import Reason, RecordKind
-from monitor.frame import STAGE_PREFIX
+from monitor.ingest.sources import LINE
+from monitor.ingest.validate import validate
 from monitor.schema import Schema
-from monitor.sources import LINE
-from monitor.validate import validate
 
 PARTITION = "hour"
 HOUR_FORMAT = "%Y-%m-%dT%H"  # partition values sort as text in time order

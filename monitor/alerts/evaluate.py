@@ -22,10 +22,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from checks.rules import RuleResult, evaluate, partial_loader
+from monitor.alerts.render import render, route
 from monitor.config import Alerts, Config, Service, VerdictAlerts
-from monitor.notify.slack import render, route
-from monitor.rules import RuleResult, evaluate, partial_loader
-from monitor.verdict import (
+from monitor.verdicts.verdict import (
     CONFIRMED_QUALITY,
     HARMFUL,
     SERVING_CHECKS,
@@ -35,7 +35,7 @@ from monitor.verdict import (
     episode_signals,
     is_service_regression,
 )
-from monitor.windows import MAX_RESCORED, floor_to
+from monitor.verdicts.windows import MAX_RESCORED, floor_to
 from storage.models import AlertCursor, AlertState, Incident, Outbox, VerdictRow, dumps
 from storage.store import Store, TickRecord, utc
 

@@ -27,9 +27,9 @@ from monitor.contract import (
     Reject,
     excerpt,
 )
-from monitor.frame import is_text
+from monitor.ingest.frame import is_text
+from monitor.ingest.sources import FILE, LINE, OVERSIZE
 from monitor.schema import Schema
-from monitor.sources import FILE, LINE, OVERSIZE
 
 # Fields whose values are durations: NaN, infinite or negative is `bad_duration`, not a missing value.
 DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")

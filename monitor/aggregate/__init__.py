@@ -1,0 +1,1 @@
+"""Aggregate: rows folded into mergeable per-bucket partials (counts, histograms, sketches), their keys, the reference profile."""
