@@ -340,6 +340,24 @@ def onset_of(history: Sequence[Window], family: Sequence[str], fired: tuple[date
     return start
 
 
+def superseded(history: Sequence[Window], window: tuple[datetime, datetime], family: Sequence[str], *,
+               shortest: timedelta, resolve_after: int, end: datetime) -> bool:
+    """Whether the breach of a window longer than `shortest` (start, end) is an episode the shortest windows
+    saw end by `end`: one of them inside it breached (in `family`), and `resolve_after` decided clear ones
+    came after the last such breach. Such a breach says nothing about now (a 12-hour slowdown breaches
+    its day long after the hourly windows are back): it neither holds an alert nor dates an onset. A
+    longer window whose shortest windows never breached stands on its own (only it had the power)."""
+    start, stop = window
+    if stop - start <= shortest:
+        return False
+    finer = [w for w in history if w.end - w.start == shortest and w.end <= end]
+    if not any(w.verdict in family and start <= w.start and w.end <= stop for w in finer):
+        return False
+    last = max(w.end for w in finer if w.verdict in family)
+    clear = sum(1 for w in finer if w.start >= last and w.verdict not in ("insufficient_data", "no_data"))
+    return clear >= resolve_after
+
+
 def held_signals(before: Mapping[datetime, tuple[Window, set[tuple]]], start: datetime, length: timedelta,
                  resolve_after: int) -> set[tuple]:
     """The estimated-quality signals (verdict.episode_signals) that the episode open when the window at
@@ -387,7 +405,9 @@ def lifecycle(version: str, current: Verdict | None, history: Sequence[Window], 
         return True, True, {"onset": onset.isoformat()}
     if current is not None and current.verdict == "insufficient_data":
         return None, True, {}
-    breaches = [w.end for w in history if w.verdict in family and w.end <= end]
+    breaches = [w.end for w in history if w.verdict in family and w.end <= end
+                and not superseded(history, (w.start, w.end), family, shortest=shortest,
+                                   resolve_after=resolve_after, end=end)]
     last = max([*breaches, *([last_active_end] if last_active_end else [])], default=None)
     if current is None or current.verdict == "no_data":
         # When the traffic went: the last shortest window with requests (a longer window ending later may
@@ -741,8 +761,21 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
     # One verdict per version for its alerts, whichever window lengths decided it: one alert identity per
     # version and verdict, so an incident is not paged once per window length.
     matured = matured_quality(service, store, now, lengths)
-    current = [fitted_verdict([[f for f in found if f["model_version"] == v]
-                               for found in [*by_length, *(found for _, found in matured)]],
+    history = _history(store, name, sorted({*sampled, *(v for _, v in active if v)}), end)
+
+    def current_findings(version: str, window: tuple[datetime, datetime], found: list[dict]) -> list[dict]:
+        """`found` of `version`, none when the window's breach is over by the shortest windows' account."""
+        mine = history.get(version, [])
+        verdict = next((w.verdict for w in mine if (w.start, w.end) == window), None)
+        family = next((f for f in FAMILY.values() if verdict in f), None)
+        if family and superseded(mine, window, family, shortest=end - start,
+                                 resolve_after=settings.verdict.resolve_after, end=end):
+            return []
+        return [f for f in found if f["model_version"] == version]
+
+    current = [fitted_verdict([*(current_findings(v, window, found) for window, found in zip(lengths, by_length,
+                                                                                          strict=True)),
+                               *([f for f in found if f["model_version"] == v] for _, found in matured)],
                               [*lengths, *(window for window, _ in matured)],
                               service=name, model_version=v, now=now, versions=versions,
                               accepted_versions=accepted,
@@ -753,7 +786,6 @@ def _service_samples(service: Service, store: Store, now: datetime, settings: Al
     by_version |= {version: None for _, version in active if version and version not in by_version}
     # Who serves the last window of the shortest length: the version(s) a rolled-back one gave way to.
     serving = sorted(v for v in eval_versions if (v, start, end) in verdicts and verdicts[(v, start, end)].rows > 0)
-    history = _history(store, name, sorted(by_version), end)
     held = {}
     for (alertname, version), row in active.items():
         pre = (row.annotations or {}).get("pre_incident")

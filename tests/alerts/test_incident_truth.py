@@ -14,7 +14,7 @@ from alerts_support import make_config
 from sqlalchemy import select
 
 from monitor.aggregate.partials import Partial, Sketch, merge_bytes
-from monitor.alerts.evaluate import Window, after_tick, effect_severity, lifecycle, onset_of
+from monitor.alerts.evaluate import Window, after_tick, effect_severity, lifecycle, onset_of, superseded
 from monitor.config import VerdictAlerts, parse
 from monitor.verdicts.verdict import HARMFUL, Evidence, decide
 from storage.models import AlertState, Outbox
@@ -274,6 +274,29 @@ def test_onset_walk_and_lifecycle_are_pure():
     active, resolves, why = lifecycle("v2", None, history, HARMFUL, end=T0 + 8 * W, shortest=W, serving=["v1"],
                                       resolve_after=2)
     assert (active, resolves) == (False, True) and why["resolution"].startswith("rolled back: v2 has no traffic")
+
+
+def test_a_longer_window_whose_breach_the_shortest_saw_end_neither_holds_nor_dates_it():
+    """Hourly windows slower from 10:00 to 22:00, clear after: the day breaches too. Once two clear hours
+    follow the last slow one, the day's breach is over; before that, and for a day no hour breached in
+    (only it had the power), the day's breach stands."""
+    hour, day = timedelta(hours=1), timedelta(days=1)
+    hours = [Window(T0 + k * hour, T0 + (k + 1) * hour, "slower" if 10 <= k < 22 else "healthy", 500)
+             for k in range(27)]
+    daily = Window(T0, T0 + day, "slower", 13000)
+    history = [*hours, daily]
+    kw = {"shortest": hour, "resolve_after": 2}
+    assert superseded(history, (T0, T0 + day), HARMFUL, end=T0 + day, **kw)
+    assert not superseded(history, (T0, T0 + day), HARMFUL, end=T0 + 23 * hour, **kw)  # one clear hour
+    assert not superseded(history, (T0 + 22 * hour, T0 + 23 * hour), HARMFUL, end=T0 + day, **kw)  # shortest
+    quiet = [Window(w.start, w.end, "healthy", 500) for w in hours]
+    assert not superseded([*quiet, daily], (T0, T0 + day), HARMFUL, end=T0 + day + 3 * hour, **kw)
+    unsure = [Window(w.start, w.end, "insufficient_data" if w.start >= T0 + 22 * hour else w.verdict, 50)
+              for w in hours]
+    assert not superseded([*unsure, daily], (T0, T0 + day), HARMFUL, end=T0 + day + 3 * hour, **kw)
+    # The lifecycle counts clear hours from the last slow hour, not from the day's end.
+    active, resolves, why = lifecycle("v1", verdict("healthy"), history, HARMFUL, end=T0 + day, **kw, serving=[])
+    assert (active, resolves) == (False, True) and why["resolution"].startswith("fixed: healthy for 2 windows")
 
 
 def test_windows_without_traffic_count_as_clear_from_the_last_breach():
