@@ -141,6 +141,10 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     served = accepted_history(store, service, accepted) if accepted is not None else None
     breached: dict[tuple[str, timedelta], datetime] = {}  # (version, length) -> its first breaching window
     stored = _StoredRuns(store, service)
+    if not windows:
+        return out
+    regressions = _Regressions(store, service, min(baseline_ranges(s, e, baseline_kind, anchors.lag)[0][0]
+                                                  for s, e in windows) - RUN_LOOKBACK, max(windows)[0])
     for start, end in sorted(windows):
         ranges = baseline_ranges(start, end, baseline_kind, anchors.lag)
         blocks.forget(ranges[0][0])  # windows come in order of start: no later one reaches back past this
@@ -153,7 +157,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
         for row in rows:
             if row[0] >= start:
                 window[(row[1], row[2])].append(row)
-            elif any(a <= row[0] < b for a, b in ranges):
+            elif any(a <= row[0] < b for a, b in ranges) and not regressions.holds(row, end - start):
                 baseline[(row[1], row[2])].append(row)
         clean: dict[str, bool] = {}
         for (version, segment), parts in sorted(window.items()):
@@ -168,7 +172,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
             base, good = None, anchors.accepted_versions(start) if ends else frozenset()
             for anchor in ends:  # the earliest with history before it: a value there from the start has none
                 base = frozen.baseline(_before(start, end, baseline_kind, anchor), version if version in good
-                                       else None, good, segment, merged.rows, blocks)
+                                       else None, good, segment, merged.rows, blocks, regressions, end - start)
                 if base is not None:
                     break
             if base is None:
@@ -196,6 +200,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 clean[version] = not any(f.status == "breach" for f in findings)
             out.append(Scored(start, end, version, segment, merged.rows, findings))
         for version, ok in clean.items():
+            regressions.scored(version, start, end, breach=not ok)
             if ok:
                 breached.pop((version, end - start), None)
             else:
@@ -230,6 +235,35 @@ class _StoredRuns:
         while start - size in starts:
             first = start = start - size
         return first
+
+
+class _Regressions:
+    """The all-traffic windows that breached, per version and length: stored by earlier ticks in
+    [since, until), then as this score() call scores them. Their buckets are no baseline: once a fault
+    ends, the history it left behind would make the traffic that came back look like a regression (a
+    rollback's healthy predictions drifting from a day that held the fault's)."""
+
+    def __init__(self, store: Store, service: str, since: datetime, until: datetime) -> None:
+        with store.transaction() as session:
+            found = store.load_findings(session, service, since=since, until=until, status="breach")
+        self.starts: dict[tuple[str, timedelta], set[datetime]] = defaultdict(set)
+        for f in found:
+            if f["check"] in REGISTRY and "segment" not in (f["labels"] or {}):
+                self.starts[(f["model_version"], f["window_end"] - f["window_start"])].add(f["window_start"])
+
+    def scored(self, version: str, start: datetime, end: datetime, *, breach: bool) -> None:
+        """Record this call's score of `version`'s all-traffic window [start, end) (a re-score replaces a
+        stored one)."""
+        starts = self.starts[(version, end - start)]
+        if breach:
+            starts.add(start)
+        else:
+            starts.discard(start)
+
+    def holds(self, row: _Row, size: timedelta) -> bool:
+        """Whether the bucket `row` lies in a breaching window of length `size` of its version."""
+        starts = self.starts.get((row[1], size))
+        return bool(starts) and floor_to(row[0], size) in starts
 
 
 def _clumps(parts: list[_Row], merged: Partial) -> Trailing:
@@ -295,18 +329,22 @@ class _Frozen:
         self.merged: dict[tuple, tuple[int, Partial | None]] = {}
 
     def baseline(self, ranges: list[tuple[datetime, datetime]], version: str | None, accepted: frozenset[str],
-                 segment: str, needed: int, blocks: _Blocks) -> Partial | None:
-        """The merged history of `segment` in `ranges`: of `version` (accepted: its own history), else of
-        the `accepted` versions, else of every version -- the first with at least `needed` rows, else the
-        first with at least half as many; None when none has (the caller falls back to the trailing
-        baseline)."""
-        key = tuple(ranges)
+                 segment: str, needed: int, blocks: _Blocks, regressions: _Regressions,
+                 size: timedelta) -> Partial | None:
+        """The merged history of `segment` in `ranges`, without the buckets of `regressions`' windows of
+        length `size`: of
+        `version` (accepted: its own history), else of the `accepted` versions, else of every version --
+        the first with at least `needed` rows, else the first with at least half as many; None when none
+        has (the caller falls back to the trailing baseline)."""
+        key = (tuple(ranges), size)
         if key not in self.rows:
             if len(self.rows) >= self.KEEP:  # the oldest range, and its merges (a long backfill sees many)
                 gone = next(iter(self.rows))
                 del self.rows[gone]
                 self.merged = {k: v for k, v in self.merged.items() if k[0] != gone}
-            self.rows[key] = [r for a, b in ranges for r in _load(self.store, self.service, a, b)]
+            # Read when first asked for, before the anchor: every breach in the range is known by then.
+            self.rows[key] = [r for a, b in ranges for r in _load(self.store, self.service, a, b)
+                              if not regressions.holds(r, size)]
         fallback = None
         for versions in ([version] if version is not None else sorted(accepted), None):
             choice = (key, segment, None if versions is None else tuple(versions))
@@ -333,11 +371,11 @@ class _Blocks:
     windows scored together merge nearly the same hours of baseline, and a day's window its 24 hours."""
 
     def __init__(self) -> None:
-        self.merged: dict[tuple[str, str, datetime], Partial] = {}
+        self.merged: dict[tuple[str, str, datetime, tuple[datetime, ...]], Partial] = {}
 
     def forget(self, before: datetime) -> None:
         """Let go of the hours before `before` (a long scan would otherwise hold every hour it scored)."""
-        if any(hour < before for _, _, hour in self.merged):
+        if any(hour < before for _, _, hour, _ in self.merged):
             self.merged = {k: v for k, v in self.merged.items() if k[2] >= before}
 
     def merge(self, rows: list[_Row], ranges: list[tuple[datetime, datetime]]) -> Partial:
@@ -353,7 +391,8 @@ class _Blocks:
             while j < len(rows) and rows[j][1:3] == (version, segment) and floor_to(rows[j][0], BLOCK) == hour:
                 j += 1
             if j - i > 1 and any(a <= hour and hour + BLOCK <= b for a, b in ranges):
-                key = (version, segment, hour)
+                # Keyed by the buckets too: a baseline may leave out some of an hour's (a regression's).
+                key = (version, segment, hour, tuple(r[0] for r in rows[i:j]))
                 if key not in self.merged:
                     self.merged[key] = merge_all(r[3] for r in rows[i:j])
                 pieces.append(self.merged[key])

@@ -120,7 +120,21 @@ def test_a_backlog_scored_in_one_call_holds_the_baseline_before_its_first_breach
     # Back to normal: clean against the held baseline, and the trailing one resumes after it.
     back = [together[DEPLOY + h * HOUR] for h in range(16, 19)]
     assert [f.status for f in back] == ["ok"] * 3
-    assert back[1].detail["baseline_n"] == 24 * 200 and back[1].baseline > 15  # the trailing day again
+    # The trailing day again, without the fault's 16 hours: a regression's windows are no baseline once it
+    # has ended, or the traffic that came back would be judged against the fault's.
+    assert back[1].detail["baseline_n"] == 8 * 200 and back[1].baseline == pytest.approx(10, rel=0.1)
+
+
+def test_a_regression_scored_by_earlier_ticks_stays_out_of_the_trailing_baseline(store):
+    same_version_fault(store, hours=16, after=3)
+    windows = [(DEPLOY + h * HOUR, DEPLOY + (h + 1) * HOUR) for h in range(19)]
+    scored = score(store, "svc", None, windows[:17])
+    store_scored(store, "svc", scored, None)
+    alone = p50(score(store, "svc", None, windows[17:18]))[windows[17][0]]
+    assert alone.status == "ok"
+    assert alone.detail["baseline_n"] == 8 * 200 and alone.baseline == pytest.approx(10, rel=0.1)
+    # Live equals the backlog: one call over every window gives that window the same finding.
+    assert p50(score(store, "svc", None, windows))[windows[17][0]] == alone
 
 
 def test_windows_scored_by_successive_ticks_hold_the_baseline_before_their_first_breach(store):
