@@ -16,16 +16,15 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from checks.acceptance import acceptance_finding, control_fdr, wilson_figure
 from checks.base import Finding
 from checks.quality import (
     MISS,
     Labelled,
     Measure,
-    acceptance_finding,
     bias_finding,
     compare_versions,
     confusion,
-    control_fdr,
     coverage_findings,
     estimate,
     estimate_findings,
@@ -34,7 +33,6 @@ from checks.quality import (
     quality_findings,
     score_classes,
     seed_of,
-    wilson_figure,
 )
 from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
