@@ -24,15 +24,20 @@ Kind = Literal["window", "quality", "rule"]
 
 @dataclass(frozen=True)
 class Bound:
-    """The range a parameter's value must lie in (None: open on that side)."""
+    """The range a parameter's value must lie in (None: open on that side; `above`: low itself excluded)."""
 
     low: float | None = None
     high: float | None = None
+    above: bool = False
+
+    def __str__(self) -> str:
+        low = "" if self.low is None else f"{'>' if self.above else '>='} {self.low:g}"
+        return low if self.high is None else f"{self.low:g} .. {self.high:g}"
 
     def __call__(self, value: Any) -> str | None:
         """Why `value` is out of bounds, or None when it is within them."""
-        if self.low is not None and value < self.low:
-            return f"must be at least {self.low:g}"
+        if self.low is not None and (value <= self.low if self.above else value < self.low):
+            return f"must be {'above' if self.above else 'at least'} {self.low:g}"
         if self.high is not None and value > self.high:
             return f"must be at most {self.high:g}"
         return None
@@ -42,7 +47,7 @@ class Bound:
 Count = Annotated[int, Bound(1)]  # a number of samples (min_n, resamples)
 Share = Annotated[float, Bound(0, 1)]  # a rate or a probability, 0..1
 NonNegative = Annotated[float, Bound(0)]
-Positive = Annotated[float, Bound(1e-12)]
+Positive = Annotated[float, Bound(0, above=True)]
 
 
 @dataclass(frozen=True)
