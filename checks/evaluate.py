@@ -18,7 +18,7 @@ DATA_CHECKS = names("completeness", "ranges", "drift", "predictions", "lengths")
 
 def evaluate(window: Partial, profile: Profile | None, baseline: Partial | None,
              params: Mapping[str, Any] | None = None, only: Collection[str] | None = None) -> list[Finding]:
-    """Findings of every registered check (or of those named in `only`), in registration order; `params`
+    """Findings of every registered window check (or of those named in `only`), in registration order; `params`
     maps a check's name to its thresholds (default: the threshold class's defaults). A check that raises yields one 'insufficient'
     finding naming the error, so one bad check never hides the others."""
     params = params or {}

@@ -47,7 +47,7 @@ MEAN_MIN_N = 30  # values a mean latency needs to be measured
 @dataclass(frozen=True)
 class RuleThreshold:
     """An SLO rule's sample floor: a rule with fewer requests neither fires nor resolves. Unset, a rate
-    needs `min_n` requests, a pXX latency TAIL_SAMPLES / (1 - XX%) values (200 for p95) and a mean 30."""
+    needs `min_n` requests, a pXX latency 10 / (1 - XX%) values (200 for p95) and a mean 30."""
 
     min_n: Count = 100
 

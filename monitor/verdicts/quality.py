@@ -18,6 +18,7 @@ import pandas as pd
 
 from checks.acceptance import acceptance_finding, control_fdr, wilson_figure
 from checks.base import Finding
+from checks.contract import measured
 from checks.quality import (
     MISS,
     Labelled,
@@ -308,7 +309,7 @@ def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.Data
         b = Labelled(y_true[ib][both], pred[ib][both], proba[ib][both], classes)
         seed = seed_of(q.seed, service.name, start.isoformat(), end.isoformat(), base, w.model_version)
         for m in compare_versions(a, b, pred[ia], pred[ib], positive, q.bootstrap_samples, seed):
-            status = "ok" if m.value is not None and m.n >= q.min_n else "insufficient"
+            status = measured(m.value, m.n, q.min_n)
             w.findings.append(Finding("version_compare", {"metric": m.metric, "class": m.cls, "against": base},
                                       m.value, status, m.n, interval=m.interval,
                                       detail={**m.detail, "failed_as_miss": q.failed_as_miss}))
