@@ -1,29 +1,14 @@
-"""Finding (what a check measured) and the registry: one name per check, used as registry key,
-config `type` and stored `check` column.
-"""
+"""Finding (what a check measured on one window) and the trailing baseline it is measured against."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from checks.stats import wilson
+from checks.contract import Status
 from monitor.aggregate.partials import Partial
-from monitor.aggregate.profile import Profile
-
-Status = Literal["ok", "breach", "insufficient"]
-
-
-def rate_above(k: float, n: float, limit: float | None, enough: bool) -> tuple[tuple[float, float], Status]:
-    """The 95% Wilson interval of a rate of `k` in `n`, and its status: `insufficient` without `enough`
-    samples or a `limit`; `breach` when the whole interval lies above `limit` (a share, 0..1); else `ok`."""
-    low, high = wilson(k, n)
-    if not enough or limit is None:
-        return (low, high), "insufficient"
-    return (low, high), "breach" if low > limit else "ok"
 
 
 @dataclass(frozen=True)
@@ -85,31 +70,6 @@ def trailing(buckets: list[Partial], keys: tuple[str, ...], merged: Partial | No
 def widen(baseline: Partial | None, key: str) -> float:
     """The dispersion of count `key` in `baseline` (1 when it has none)."""
     return getattr(baseline, "dispersion", {}).get(key, 1.0) if baseline is not None else 1.0
-
-
-CheckFn = Callable[[Partial, Profile | None, Partial | None, Any], list[Finding]]
-
-
-@dataclass(frozen=True)
-class Registered:
-    name: str
-    fn: CheckFn
-    params: type  # the check's threshold class; its defaults are the default thresholds
-
-
-REGISTRY: dict[str, Registered] = {}
-
-
-def check(name: str, params: type) -> Callable[[CheckFn], CheckFn]:
-    """Register `fn(window, profile, baseline, params) -> list[Finding]` under `name`."""
-
-    def register(fn: CheckFn) -> CheckFn:
-        if name in REGISTRY:
-            raise ValueError(f"check {name!r} registered twice")
-        REGISTRY[name] = Registered(name, fn, params)
-        return fn
-
-    return register
 
 
 def _plain(value: Any) -> Any:

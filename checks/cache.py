@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check, rate_above, widen
+from checks.base import Finding, widen
+from checks.contract import Count, Share, check, decide
 from checks.stats import mover, wilson
 from monitor.aggregate import keys
 from monitor.aggregate.partials import CACHE_STATES, STALE, Partial
@@ -16,11 +17,11 @@ class CacheThreshold:
     """Breach when the window's hit rate is, with 95% confidence, more than `max_drop` below baseline: the
     interval of the difference (Newcombe's, from both rates' Wilson intervals) lies below -max_drop."""
 
-    max_drop: float = 0.05  # absolute, share of lookups
-    min_n: int = 100  # lookups (hits + misses) below which the check says 'insufficient'
+    max_drop: Share = 0.05  # absolute, share of lookups
+    min_n: Count = 100  # lookups (hits + misses) below which the check says 'insufficient'
 
 
-@check("cache_hit_rate", CacheThreshold)
+@check("cache_hit_rate", CacheThreshold, "cache", "share of lookups that hit (0..1)", "lookups")
 def cache_hit_rate(window: Partial, profile: Profile | None, baseline: Partial | None,
                    params: CacheThreshold) -> list[Finding]:
     """Share (0..1) of cache lookups that hit, vs the trailing baseline; also per cache state (label
@@ -64,11 +65,11 @@ class StaleThreshold:
     """Breach when the share of versioned hits that are stale is, with 95% confidence, above `max_rate`:
     a cache whose key has the version serves none, so any steady share is a key that forgot it."""
 
-    max_rate: float = 0.005  # share of cache hits that carry cache_version
-    min_n: int = 30  # hits with cache_version below which the check says 'insufficient'
+    max_rate: Share = 0.005  # share of cache hits that carry cache_version
+    min_n: Count = 30  # hits with cache_version below which the check says 'insufficient'
 
 
-@check("stale_cache", StaleThreshold)
+@check("stale_cache", StaleThreshold, "cache", "share of versioned hits (0..1)", "hits with cache_version")
 def stale_cache(window: Partial, profile: Profile | None, baseline: Partial | None,
                 params: StaleThreshold) -> list[Finding]:
     """Share (0..1) of cache hits with `cache_version` whose result was made by another version: the
@@ -81,7 +82,7 @@ def stale_cache(window: Partial, profile: Profile | None, baseline: Partial | No
         return []
     base = baseline.counts[keys.STALE_HITS] / b_n if b_n else None
     value = k / n if n else None
-    (low, high), status = rate_above(k, n, params.max_rate, n >= params.min_n)
+    (low, high), status = decide(k, n, params.max_rate, n >= params.min_n)
     top = sorted(window.unseen.get(STALE, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     return [Finding("stale_cache", {}, value, status, n, baseline=base,
                     effect=None if value is None or base is None else value - base,

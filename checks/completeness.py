@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from checks.base import Finding, check, rate_above
+from checks.base import Finding
+from checks.contract import Count, Share, check, decide
 from checks.stats import wilson
 from monitor.aggregate import keys
 from monitor.aggregate.partials import Partial
@@ -19,13 +20,13 @@ class RateIncrease:
     rate (a small reference's rate is an estimate too); `none`, the rate itself. baseline
     `serving_history`: compared with the trailing history instead of the reference."""
 
-    max_increase: float = 0.05  # absolute, as a share of rows
-    min_n: int = 100  # rows below which the check says 'insufficient'
+    max_increase: Share = 0.05  # absolute, as a share of rows
+    min_n: Count = 100  # rows below which the check says 'insufficient'
     band: Literal["learned", "none"] = "learned"
     baseline: Literal["reference", "serving_history"] = "reference"
 
 
-@check("missing_rate", RateIncrease)
+@check("missing_rate", RateIncrease, "completeness", "share of rows (0..1)", "rows")
 def missing_rate(window: Partial, profile: Profile | None, baseline: Partial | None,
                  params: RateIncrease) -> list[Finding]:
     """Share of rows (0..1) with no value, per feature and signal, against the reference's rate.
@@ -50,7 +51,7 @@ def missing_rate(window: Partial, profile: Profile | None, baseline: Partial | N
             expected, source, (ek, en) = None, None, (0, 0)
         value = k / n if n else None
         band = None if expected is None else wilson(ek, en) if params.band == "learned" else (expected, expected)
-        (low, high), status = rate_above(k, n, None if band is None else band[1] + params.max_increase,
+        (low, high), status = decide(k, n, None if band is None else band[1] + params.max_increase,
                                          n >= params.min_n)
         out.append(Finding("missing_rate", {"field": name}, value, status, n, baseline=expected,
                            effect=None if value is None or expected is None else value - expected,

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from checks.base import Finding, check, widen
+from checks.base import Finding, widen
+from checks.contract import Count, NonNegative, Share, check
 from checks.stats import bh, compare
 from checks.thresholds import StandardDeviationThreshold, psi_interval, psi_null
 from monitor.aggregate import keys
@@ -27,12 +28,12 @@ class DriftThreshold:
     the reference's; degenerate `serving_history`: a field constant in the reference is.
     """
 
-    alpha: float = 0.001
-    psi_floor: float = 0.1
-    min_n: int = 100  # window values below which the check says 'insufficient'
+    alpha: Share = 0.001
+    psi_floor: NonNegative = 0.1
+    min_n: Count = 100  # window values below which the check says 'insufficient'
     band: Literal["learned", "none"] = "learned"
-    band_sd: float = 3.0
-    runs: int = 200  # resamples for the band and for PSI's interval
+    band_sd: NonNegative = 3.0
+    runs: Count = 200  # resamples for the band and for PSI's interval
     seed: int = 0
     baseline: Literal["reference", "serving_history"] = "reference"
     degenerate: Literal["reference", "serving_history"] = "serving_history"
@@ -100,7 +101,7 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-@check("drift", DriftThreshold)
+@check("drift", DriftThreshold, "drift", "PSI (Jensen-Shannon distance as effect)", "window values")
 def drift(window: Partial, profile: Profile | None, baseline: Partial | None,
           params: DriftThreshold) -> list[Finding]:
     """PSI, Jensen-Shannon distance and chi-square p per numeric and categorical feature vs reference.
@@ -114,7 +115,8 @@ def drift(window: Partial, profile: Profile | None, baseline: Partial | None,
     return histogram_findings("drift", pairs, params, baseline)
 
 
-@check("prediction_drift", DriftThreshold)
+@check("prediction_drift", DriftThreshold, "predictions", "PSI (Jensen-Shannon distance as effect)",
+       "predictions")
 def prediction_drift(window: Partial, profile: Profile | None, baseline: Partial | None,
                      params: DriftThreshold) -> list[Finding]:
     """Drift of the predicted class balance (`output: prediction`) and of each class score

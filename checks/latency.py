@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from checks.base import Finding, check, rate_above, widen
+from checks.base import Finding, widen
+from checks.contract import Count, NonNegative, Positive, Share, check, decide
 from checks.stats import (
     Z95,
     poisson_interval,
@@ -43,19 +44,19 @@ class LatencyThreshold:
     when the window's Wilson lower bound exceeds baseline + `max_rate_increase`. The bound is taken on n / dispersion requests: rejects and timeouts come in clumps (a client's
     burst), and the trailing buckets say how much more than independent requests they vary."""
 
-    max_ratio: float = 1.5
-    min_delta_ms: float = 5.0  # ignore slowdowns smaller than this, however large the ratio
-    max_rate_increase: float = 0.02  # absolute, share of requests
-    min_n: int = 100  # requests below which rates are 'insufficient'
+    max_ratio: Positive = 1.5
+    min_delta_ms: NonNegative = 5.0  # ignore slowdowns smaller than this, however large the ratio
+    max_rate_increase: Share = 0.02  # absolute, share of requests
+    min_n: Count = 100  # requests below which rates are 'insufficient'
     # Output tokens per second breach when the window's p50 interval lies wholly below the baseline's and
     # its p50 below the baseline's / max_ratio.
     # Throughput (per second of the window's arrival span) breaches below min_throughput_ratio x baseline;
     # 0 reports it without deciding (traffic follows the clock; use same_hour_7d baselines to judge it).
-    min_throughput_ratio: float = 0.0
+    min_throughput_ratio: NonNegative = 0.0
     # Queue trend: completions per second over arrivals per second (arrival span / completion span);
     # breach below 1 - max_backlog_share, i.e. the last requests finished that share of the span late.
-    max_backlog_share: float = 0.2
-    min_span_s: float = 60.0  # arrival span below which throughput and queue trend are 'insufficient'
+    max_backlog_share: Share = 0.2
+    min_span_s: NonNegative = 60.0  # arrival span below which throughput and queue trend are 'insufficient'
 
 
 def quantile_interval(sketch: Sketch, q: float) -> tuple[tuple[float, float] | None, float]:
@@ -112,7 +113,8 @@ def _is_latency(key: str) -> bool:
     return key in (LATENCY, TTFT) or key.startswith(STAGE_PREFIX) or key.startswith(BY_LENGTH)
 
 
-@check("latency", LatencyThreshold)
+@check("latency", LatencyThreshold, "latency", "ms (quantiles); share of requests (rates); per second (throughput)",
+       "requests")
 def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
             params: LatencyThreshold) -> list[Finding]:
     """p50 / p95 / p99 in ms of total latency, of each stage, of time to first token (stage ttft) and of
@@ -135,7 +137,7 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
         # Failures in one clump of the window (a client's burst cut by its rate limit) are one event, not
         # many: the window's own dispersion widens its interval as the baseline's does.
         phi = max(widen(baseline, key), widen(window, key))
-        (low, high), status = rate_above(k / phi, n / phi, None if base is None else base + params.max_rate_increase,
+        (low, high), status = decide(k / phi, n / phi, None if base is None else base + params.max_rate_increase,
                                          n >= params.min_n and b_n >= params.min_n)
         value = k / n if n else None
         out.append(Finding("latency", {"rate": label}, value, status, n, baseline=base,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from checks.base import Finding, check
+from checks.base import Finding
+from checks.contract import check
 from checks.drift import DriftThreshold, histogram_findings
 from monitor.aggregate import keys
 from monitor.aggregate.partials import Partial
 from monitor.aggregate.profile import Profile
 
 
-@check("length_distribution", DriftThreshold)
+@check("length_distribution", DriftThreshold, "lengths", "PSI of characters per text (Jensen-Shannon distance as effect)",
+       "texts")
 def length_distribution(window: Partial, profile: Profile | None, baseline: Partial | None,
                         params: DriftThreshold) -> list[Finding]:
     """PSI / Jensen-Shannon / chi-square p of text length (characters) per text feature vs reference.

@@ -1,10 +1,10 @@
 """Quality of labelled predictions, as pure functions on arrays: per-class and averaged metrics with 95%
-intervals, the confidence-based estimate (CBPE) before labels, label coverage and bias, acceptance rules,
-and the pairwise comparison of two versions on shared requests.
+intervals, the confidence-based estimate (CBPE) before labels, label coverage and bias, and the pairwise
+comparison of two versions on shared requests.
 
-These work on rows (labels join single predictions), not on bucket Partials, so they are plain
-functions, not REGISTRY checks. Their stored check names: quality, quality_estimate, label_coverage,
-label_bias, acceptance, version_compare.
+These work on rows (labels join single predictions), not on bucket Partials, so they are plain functions
+declared through the check contract (checks.contract.declare), not window checks. Their stored check
+names: quality, quality_estimate, label_coverage, label_bias, version_compare (acceptance: checks.acceptance).
 """
 
 from __future__ import annotations
@@ -12,20 +12,56 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
-from scipy.optimize import brentq
 
 from checks.base import Finding
-from checks.stats import Z95, bh, mover, pearson, wilson
+from checks.contract import Contract, Count, Share, declare, measured
+from checks.stats import mover, pearson, wilson
 
 MISS = "(failed)"  # the prediction of a failed request counted as a miss: no class, always wrong
 AVERAGES = ("macro", "weighted")
-LABELS_BIAS_ALPHA = 1e-3  # p-value below which per-class labelled shares differ (with the gap tolerance)
 _BLOCK_CELLS = 4_000_000  # bootstrap weights held at once (resamples x rows): bounds memory to ~32 MB
+
+
+@dataclass(frozen=True)
+class QualityThreshold:
+    """A quality figure measures and does not decide: `insufficient` below `min_n` samples, else `ok`."""
+
+    min_n: Count = 30  # quality.min_n
+
+
+@dataclass(frozen=True)
+class BiasThreshold:
+    """Labels arrive at different rates per class when the chi-square p-value is below `alpha` and the
+    gap between labelled shares exceeds `tolerance` (quality.bias_tolerance)."""
+
+    min_n: Count = 30  # predictions of a class below which it is left out (quality.min_n)
+    tolerance: Share = 0.05
+    alpha: Share = 1e-3
+
+
+def _declare(name: str, family: str, unit: str, n_of: str, params: type, doc: str) -> None:
+    declare(Contract(name, family, "quality", unit, n_of, params.min_n, params, "services[].quality", doc=doc))
+
+
+_declare("quality", "quality", "the metric's own (0..1; log loss in nats)", "labelled predictions", QualityThreshold,
+         "Every metric (precision, recall, F1 per class and averaged, accuracy, ROC / PR AUC, log loss, "
+         "calibration error) of a labelled window per group, with n and a 95% interval.")
+_declare("quality_estimate", "estimates", "the metric's own (0..1)", "scored predictions", QualityThreshold,
+         "Precision, recall, F1 and accuracy estimated from calibrated scores before labels arrive (CBPE), "
+         "with the reference's value as baseline and, once labels mature, the realized value.")
+_declare("version_compare", "versions", "difference b - a (-1..1)", "shared labelled requests", QualityThreshold,
+         "Accuracy, macro F1 and per-class recall of a version minus the accepted version's on the same "
+         "labelled requests, with a paired bootstrap interval, and the predictions that flipped.")
+_declare("label_coverage", "labels", "share of predictions labelled (0..1)", "predictions", QualityThreshold,
+         "The labelled share of a window's predictions, overall and per predicted class, with Wilson intervals.")
+_declare("label_bias", "labels", "largest gap between labelled shares (0..1)", "predictions", BiasThreshold,
+         "Whether labels arrive at different rates per predicted class: the largest gap between labelled "
+         "shares, with the chi-square p-value of labelled x class.")
 
 
 @dataclass(frozen=True)
@@ -240,7 +276,7 @@ def quality_findings(measures: list[Measure], group: str, min_n: int, baselines:
     out = []
     for m in measures:
         base = baselines.get((m.metric, m.cls, group))
-        status = "ok" if m.value is not None and m.n >= min_n else "insufficient"
+        status = measured(m.value, m.n, min_n)
         effect = None if m.value is None or base is None else m.value - base
         out.append(Finding("quality", {"metric": m.metric, "class": m.cls, "group": group}, m.value, status,
                            m.n, base, effect, m.interval, detail={**m.detail, **detail, "estimated": False}))
@@ -314,7 +350,7 @@ def estimate_findings(estimates: list[Measure], realized: Mapping[tuple[str, str
     for m in estimates:
         real = realized.get((m.metric, m.cls))
         error = None if real is None or m.value is None else m.value - real
-        status = "ok" if m.value is not None and m.n >= min_n else "insufficient"
+        status = measured(m.value, m.n, min_n)
         base = (baselines or {}).get((m.metric, m.cls, group))
         effect = None if m.value is None or base is None else m.value - base
         out.append(Finding("quality_estimate", {"metric": m.metric, "class": m.cls, "group": group}, m.value,
@@ -333,8 +369,8 @@ def coverage_findings(predicted: np.ndarray, labelled: np.ndarray, classes: Sequ
     out = []
     for cls, mask in [("all", np.ones(len(predicted), bool))] + [(c, predicted == c) for c in classes]:
         n, k = int(mask.sum()), int(labelled[mask].sum())
-        status = "ok" if n >= min_n else "insufficient"
-        out.append(Finding("label_coverage", {"class": cls}, k / n if n else None, status, n,
+        value = k / n if n else None
+        out.append(Finding("label_coverage", {"class": cls}, value, measured(value, n, min_n), n,
                            interval=wilson(k, n) if n else None, detail={**detail, "labelled": k}))
     return out
 
@@ -360,111 +396,9 @@ def bias_finding(predicted: np.ndarray, labelled: np.ndarray, classes: Sequence[
     interval = mover(k_hi / n_hi, wilson(k_hi, n_hi), k_lo / n_lo, wilson(k_lo, n_lo))
     table = np.array([[k, n - k] for _, n, k in rows], dtype=float)
     p = 1.0 if (table.sum(axis=0) == 0).any() else float(sps.chi2.sf(*pearson(table)))
-    status = "breach" if p < LABELS_BIAS_ALPHA and gap > tolerance else "ok"
+    status = "breach" if p < BiasThreshold.alpha and gap > tolerance else "ok"
     return Finding("label_bias", {}, gap, status, int(sum(r[1] for r in rows)), effect=gap, interval=interval,
                    p_value=p, detail=extra)
-
-
-# -- acceptance rules ------------------------------------------------------------------------------
-
-
-def acceptance_finding(rule: Any, group: str, observed: Finding | None, baseline: Finding | Measure | None,
-                       baseline_from: str, min_n: int, alpha: float = 0.05) -> Finding:
-    """One rule on one group, two estimates: the window's figure against its baseline (the reference's or
-    the accepted version's figure, each with its n and 95% interval). A max_drop rule breaches when the
-    drop value - baseline is below -max_drop beyond both uncertainties, a min rule when the figure is
-    below min beyond its own: p_value (the level at which the two-sided interval of the difference
-    reaches the tolerance) below `alpha`. `insufficient` below `min_n`, or without a value, interval or
-    (for max_drop) a baseline with an interval. control_fdr re-decides a family of these."""
-    name = rule.name or f"{rule.metric}:{rule.class_}:{rule.group}"
-    labels = {"rule": name, "metric": rule.metric, "class": rule.class_, "group": group}
-    base = None if baseline is None or baseline.value is None else baseline
-    floor = rule.min if rule.min is not None else (None if base is None else base.value - rule.max_drop)
-    detail: dict[str, Any] = {
-        "baseline_from": baseline_from, "floor": floor, "max_drop": rule.max_drop, "min": rule.min,
-        "baseline_n": None if base is None else base.n,
-        "baseline_interval": None if base is None or base.interval is None else list(base.interval)}
-    value = None if observed is None else observed.value
-    why = ("no such figure" if observed is None else "n below min_n" if observed.n < min_n
-           else "undefined or no interval" if value is None or observed.interval is None
-           else "no baseline" if rule.min is None and base is None
-           else "baseline has no interval" if rule.min is None and base.interval is None else None)
-    if why is not None:
-        return Finding("acceptance", labels, value, "insufficient", 0 if observed is None else observed.n,
-                       None if base is None else base.value, interval=None if observed is None else observed.interval,
-                       detail={**detail, "why": why})
-    assert observed is not None and value is not None
-    own = _bounds(observed, rule.metric, rule.class_)
-    if rule.min is None:
-        assert base is not None
-        other = _bounds(base, rule.metric, rule.class_)
-        tolerance = -rule.max_drop
-
-        def diff(z: float) -> tuple[float, float]:
-            return mover(value, own(z), base.value, other(z))
-    else:
-        tolerance = 0.0
-
-        def diff(z: float) -> tuple[float, float]:
-            lo, hi = own(z)
-            return lo - rule.min, hi - rule.min
-    p = _p_beyond(lambda z: diff(z)[1], tolerance)
-    status = "breach" if p < alpha else "ok"
-    detail |= {"difference": diff(0.0)[1], "difference_interval": list(diff(Z95)), "tolerance": tolerance,
-               "method": _method(rule.metric, rule.class_, rule.min is None)}
-    detail |= {k: v for k, v in observed.detail.items() if k == "failed_as_miss"}
-    effect = None if base is None else value - base.value
-    return Finding("acceptance", labels, value, status, observed.n, None if base is None else base.value, effect,
-                   observed.interval, p, detail)
-
-
-def wilson_figure(metric: str, cls: str) -> bool:
-    """Whether the figure is a proportion with a Wilson interval (see `measure`)."""
-    return metric in WILSON and cls not in AVERAGES
-
-
-def _method(metric: str, cls: str, two: bool) -> str:
-    if wilson_figure(metric, cls):
-        return "newcombe" if two else "wilson"
-    return "mover-bootstrap" if two else "bootstrap"
-
-
-def _bounds(figure: Finding | Measure, metric: str, cls: str):
-    """The figure's two-sided interval as a function of z (z = 1.96: its 95% interval): Wilson's from its
-    count for a proportion, else its bootstrap interval's halves scaled by z / 1.96 (normal tails)."""
-    value, (lo, hi), n = figure.value, figure.interval, figure.n
-    if wilson_figure(metric, cls) and n > 0:
-        k = value * n  # the proportion's count (precision of the predicted, recall of the support, accuracy)
-        return lambda z: wilson(k, n, z)
-    return lambda z: (value - (value - lo) * z / Z95, value + (hi - value) * z / Z95)
-
-
-def _p_beyond(upper, tolerance: float, z_max: float = 40.0) -> float:
-    """Two-sided p-value of 'the quantity is below `tolerance`' from its interval's upper end as a
-    function of z: 2 * P(Z > z*) where upper(z*) = tolerance; 1 when the point itself is not below."""
-    if upper(0.0) >= tolerance:
-        return 1.0
-    if upper(z_max) < tolerance:
-        return float(2 * sps.norm.sf(z_max))
-    z = float(brentq(lambda x: upper(x) - tolerance, 0.0, z_max, xtol=1e-9))
-    return min(1.0, float(2 * sps.norm.sf(z)))
-
-
-def control_fdr(findings: list[Finding], q: float) -> list[Finding]:
-    """Re-decide a family of acceptance findings by Benjamini-Hochberg at false discovery rate `q`:
-    breach when the adjusted p-value is below q. Insufficient findings are left as they are and do not
-    count in the family; detail gains `p_adjusted`, `fdr_q` and `family` (the decisions adjusted together)."""
-    tested = [i for i, f in enumerate(findings) if f.status != "insufficient" and f.p_value is not None]
-    adjusted = dict(zip(tested, bh([findings[i].p_value for i in tested]), strict=True))
-    out = []
-    for i, f in enumerate(findings):
-        if i not in adjusted:
-            out.append(f)
-            continue
-        status = "breach" if adjusted[i] < q else "ok"
-        out.append(replace(f, status=status,
-                           detail={**f.detail, "p_adjusted": adjusted[i], "fdr_q": q, "family": len(tested)}))
-    return out
 
 
 # -- two versions on the same requests -------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from checks.base import Finding, check, rate_above
+from checks.base import Finding
+from checks.contract import Count, Share, check, decide
 from checks.stats import wilson
 from checks.thresholds import range_band, rise_p
 from monitor.aggregate import keys
@@ -30,10 +31,10 @@ class RateLimit:
     nothing about how it varies); `reference`: it is compared with the reference like the others.
     """
 
-    max_rate: float = 0.01  # share of present values
-    min_n: int = 100  # present values below which the check says 'insufficient'
+    max_rate: Share = 0.01  # share of present values
+    min_n: Count = 100  # present values below which the check says 'insufficient'
     band: Band = "learned"
-    band_alpha: float = 1e-4
+    band_alpha: Share = 1e-4
     baseline: Against = "reference"
     degenerate: Against = "serving_history"
 
@@ -47,7 +48,7 @@ def _rate_finding(name: str, labels: dict, k: int, n: int, expected: float | Non
     value = k / n if n else None
     p = rise_p(k, n, *history) if history is not None else None
     enough = n >= params.min_n and expected is not None
-    (low, high), status = rate_above(k, n, None if band is None else band[1] + params.max_rate, enough)
+    (low, high), status = decide(k, n, None if band is None else band[1] + params.max_rate, enough)
     if history is not None and status != "insufficient":
         status = "breach" if value - expected >= params.max_rate and p < params.band_alpha else "ok"
     return Finding(name, labels, value, status, n, baseline=expected,
@@ -75,7 +76,7 @@ def _against(ref: FieldProfile, params: RateLimit) -> Against:
     return "reference"
 
 
-@check("out_of_range", RateLimit)
+@check("out_of_range", RateLimit, "ranges", "share of present values (0..1)", "present values")
 def out_of_range(window: Partial, profile: Profile | None, baseline: Partial | None,
                  params: RateLimit) -> list[Finding]:
     """Share (0..1) of present numeric values below the reference min or above its max (inf included).
@@ -105,7 +106,7 @@ def out_of_range(window: Partial, profile: Profile | None, baseline: Partial | N
     return out
 
 
-@check("unseen_categories", RateLimit)
+@check("unseen_categories", RateLimit, "ranges", "share of present values (0..1)", "present values")
 def unseen_categories(window: Partial, profile: Profile | None, baseline: Partial | None,
                       params: RateLimit) -> list[Finding]:
     """Share (0..1) of present categorical values the reference never had, with the most frequent of them.

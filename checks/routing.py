@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check, rate_above
+from checks.base import Finding
+from checks.contract import Count, NonNegative, Positive, Share, check, decide
 from checks.latency import LEVEL, quantile_interval
 from checks.stats import quantile_needed
 from monitor.aggregate.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
@@ -17,14 +18,14 @@ class HotspotThreshold:
     times an even split (1 / values seen). Latency: breach when its `quantile` latency is more than
     `max_ratio` times and `min_delta_ms` above that of the other values together."""
 
-    max_share_ratio: float = 1.5
-    min_n: int = 100  # routed requests below which the share says 'insufficient'
-    quantile: float = 0.95
-    max_ratio: float = 1.5
-    min_delta_ms: float = 5.0
+    max_share_ratio: Positive = 1.5
+    min_n: Count = 100  # routed requests below which the share says 'insufficient'
+    quantile: Share = 0.95
+    max_ratio: Positive = 1.5
+    min_delta_ms: NonNegative = 5.0
 
 
-@check("hotspot", HotspotThreshold)
+@check("hotspot", HotspotThreshold, "routing", "share of routed requests (0..1); ms (latency)", "routed requests")
 def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
             params: HotspotThreshold) -> list[Finding]:
     """Per routing field in the window (`route`, `expert`, `replica`): the busiest value's share (0..1)
@@ -40,7 +41,7 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
         busiest, k = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         n, values = sum(counts.values()), len(counts)
         even = 1 / values
-        (low, high), status = rate_above(k, n, even * params.max_share_ratio, n >= params.min_n and values >= 2)
+        (low, high), status = decide(k, n, even * params.max_share_ratio, n >= params.min_n and values >= 2)
         out.append(Finding("hotspot", {"field": name, "measure": "share"}, k / n, status, n, baseline=even,
                            effect=k / n / even, interval=(low, high),
                            detail={"value": busiest, "requests": k, "values": values}))

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from ddsketch.mapping import LogarithmicMapping
 
+from checks.contract import Contract, Count, declare
 from monitor.aggregate import keys
 from monitor.aggregate.keys import STAGE_PREFIX
 from monitor.aggregate.partials import ALL, LATENCY, RELATIVE_ACCURACY, Partial, Sketch, merge_all
@@ -40,6 +41,22 @@ _RATE = re.compile(r"^\s*(" + "|".join(sorted(RATES, key=len, reverse=True)) + r
                    r"(\d+(?:\.\d+)?)\s*(%?)\s*$", re.I)
 _MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 TAIL_SAMPLES = 10  # a quantile q needs TAIL_SAMPLES / (1 - q) values to be measured
+MEAN_MIN_N = 30  # values a mean latency needs to be measured
+
+
+@dataclass(frozen=True)
+class RuleThreshold:
+    """An SLO rule's sample floor: a rule with fewer requests neither fires nor resolves. Unset, a rate
+    needs `min_n` requests, a pXX latency 10 / (1 - XX%) values (200 for p95) and a mean 30."""
+
+    min_n: Count = 100
+
+
+declare(Contract("slo", "slo", "rule", "ms (latency objectives); share of requests (rates); burn rate (x budget)",
+                 "requests", RuleThreshold.min_n, RuleThreshold, "services[].rules[]", doc=
+                 "An objective such as 'p95 total latency <= 100 ms' or 'timeout rate <= 0.5%' on the merged "
+                 "partials of its window, or its multi-window burn rate; active when it does not hold. Its "
+                 "evidence is stored as `slo:<rule name>`."))
 
 
 @dataclass(frozen=True)
@@ -98,20 +115,20 @@ def parse_objective(text: str) -> Objective:
 
 def measure(objective: Objective, part: Partial, min_n: int | None = None) -> Measure:
     """The objective's value on `part` and the share of bad requests; `enough` when n >= min_n (default:
-    100 requests for rates, 10 / (1 - q) values for a quantile)."""
+    see RuleThreshold)."""
     if objective.kind == "latency":
         key = LATENCY if objective.stage == "total" else f"{STAGE_PREFIX}{objective.stage}"
         sketch = part.sketches.get(key, Sketch())
         q = objective.quantile
         value = sketch.mean if q is None else sketch.quantile(q)
-        need = min_n or (int(round(TAIL_SAMPLES / (1 - q))) if q is not None else 30)
+        need = min_n or (int(round(TAIL_SAMPLES / (1 - q))) if q is not None else MEAN_MIN_N)
         bad = above(sketch, objective.threshold) / sketch.count if sketch.count else None
         return Measure(value, sketch.count, bad, sketch.count >= need and value is not None)
     numerators, denominator = RATES[objective.rate]
     n = part.rows if denominator == "rows" else part.counts[keys.cache_hit()] + part.counts[keys.cache_miss()]
     value = sum(part.counts[k] for k in numerators) / n if n else None
     bad = None if value is None else (value if objective.op in ("<=", "<") else 1 - value)
-    return Measure(value, n, bad, n >= (min_n or 100) and value is not None)
+    return Measure(value, n, bad, n >= (min_n or RuleThreshold.min_n) and value is not None)
 
 
 def above(sketch: Sketch, threshold: float) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check
+from checks.base import Finding
+from checks.contract import Count, NonNegative, Share, check
 from checks.stats import Z95, mean_interval, welch_p
 from monitor.aggregate.partials import Partial, Sketch
 from monitor.aggregate.profile import Profile
@@ -22,13 +23,13 @@ class SignalThreshold:
     holds for every declared signal.
     """
 
-    max_rel_change: float = 0.25
-    min_effect_sd: float = 0.2
-    alpha: float = 0.001
-    min_n: int = 30  # values in window and baseline below which the check says 'insufficient'
+    max_rel_change: NonNegative = 0.25
+    min_effect_sd: NonNegative = 0.2
+    alpha: Share = 0.001
+    min_n: Count = 30  # values in window and baseline below which the check says 'insufficient'
 
 
-@check("service_signal", SignalThreshold)
+@check("service_signal", SignalThreshold, "signals", "the signal's own unit (mean)", "values")
 def service_signal(window: Partial, profile: Profile | None, baseline: Partial | None,
                    params: SignalThreshold) -> list[Finding]:
     """Mean of each signal (its own unit) vs the trailing baseline mean; effect = relative change.

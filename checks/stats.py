@@ -89,7 +89,10 @@ def rate_ratio_interval(value: float, k_num: int, k_den: int) -> tuple[float, fl
 def dispersion(pairs: list[tuple[int, int]]) -> float:
     """How many times more a rate varies between buckets than independent draws would: Pearson chi-square
     of the (k, n) buckets over its degrees of freedom (the quasi-binomial scale), at least 1. 1 with
-    fewer than two non-empty buckets or no events; events that come in clumps (a burst) raise it."""
+    fewer than two non-empty buckets or no events; events that come in clumps (a burst) raise it.
+
+    The sum is the closed form of `pearson` on the buckets x (event, no event) table (scipy's statistic,
+    equal to 1e-15): one pass over the pairs, without building a table per count key, bucket run and tick."""
     pairs = [(k, n) for k, n in pairs if n > 0]
     k_all, n_all = sum(k for k, _ in pairs), sum(n for _, n in pairs)
     if len(pairs) < 2 or k_all == 0 or k_all == n_all:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.base import Finding, check, rate_above
+from checks.base import Finding
+from checks.contract import Count, Share, check, decide
 from monitor.aggregate import keys
 from monitor.aggregate.partials import OOV_SAMPLE, Partial
 from monitor.aggregate.profile import Profile
@@ -16,11 +17,12 @@ class OovThreshold:
     above the reference's expected share. The interval counts texts, not tokens (a text's tokens come
     together), so it is wide on purpose."""
 
-    max_increase: float = 0.03  # absolute, share of tokens
-    min_texts: int = 50  # sampled texts below which the check says 'insufficient'
+    max_increase: Share = 0.03  # absolute, share of tokens
+    min_texts: Count = 50  # sampled texts below which the check says 'insufficient'
 
 
-@check("oov_rate", OovThreshold)
+@check("oov_rate", OovThreshold, "vocabulary", "share of tokens outside the reference vocabulary (0..1)",
+       "sampled texts")
 def oov_rate(window: Partial, profile: Profile | None, baseline: Partial | None,
              params: OovThreshold) -> list[Finding]:
     """Share (0..1) of tokens per text field outside the reference vocabulary, vs the reference's own
@@ -38,7 +40,7 @@ def oov_rate(window: Partial, profile: Profile | None, baseline: Partial | None,
         expected = ref.expected_oov
         value = oov / tokens if tokens else None
         # Texts as the unit: the token share, counted over `texts` trials.
-        (low, high), status = rate_above(value * texts if value is not None else 0, texts if value is not None else 0,
+        (low, high), status = decide(value * texts if value is not None else 0, texts if value is not None else 0,
                                          None if expected is None else expected + params.max_increase,
                                          texts >= params.min_texts)
         out.append(Finding("oov_rate", {"field": name}, value, status, texts, baseline=expected,

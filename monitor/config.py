@@ -25,7 +25,7 @@ from pydantic import (
 )
 from sqlalchemy.engine import make_url
 
-from checks.evaluate import thresholds
+from checks.catalog import thresholds
 from checks.rules import parse_objective
 from monitor.classes import class_name
 from monitor.durations import parse_duration

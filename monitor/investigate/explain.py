@@ -16,6 +16,7 @@ import pandas as pd
 from rich.console import Console
 from rich.panel import Panel
 
+from checks.catalog import names
 from monitor.aggregate.keys import STAGE_PREFIX
 from monitor.aggregate.partials import CACHE_TIME, LATENCY, Partial
 from monitor.investigate import query
@@ -26,12 +27,12 @@ from storage.store import Store
 BEFORE = timedelta(hours=2)  # the "before" of the latency decomposition: this long before the first window
 CHANGE_LOOKBACK = timedelta(hours=6)  # versions first seen this long before the first window count as changes
 # Findings that say an input field moved (labels `field`), and those that say a model output moved.
-FIELD_CHECKS = ("drift", "missing_rate", "out_of_range", "unseen_categories", "length_distribution", "oov_rate")
+FIELD_CHECKS = names("completeness", "ranges", "drift", "lengths", "vocabulary")
 EVIDENCE_MAX = 12
 SLOWER_RATIO, SLOWER_MIN_MS = 1.2, 2.0  # total p95 during vs before from which "which stage" is asked
 # Label-quality findings score windows of hours or days: those overlapping the incident count, even when
 # they start before it or end after it (labels land late; their windows do not follow the tick's).
-QUALITY_CHECKS = ("quality", "acceptance")
+QUALITY_CHECKS = names("quality")
 LABEL_WINDOW_MAX = timedelta(days=7)
 WHOLE = ("all", "macro", "weighted")  # how far before the incident a label-quality window may start
 # A stage whose mean time on cache hits is under this share of its mean on misses is one a hit skips.

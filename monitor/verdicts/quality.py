@@ -16,16 +16,16 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from checks.acceptance import acceptance_finding, control_fdr, wilson_figure
 from checks.base import Finding
+from checks.contract import measured
 from checks.quality import (
     MISS,
     Labelled,
     Measure,
-    acceptance_finding,
     bias_finding,
     compare_versions,
     confusion,
-    control_fdr,
     coverage_findings,
     estimate,
     estimate_findings,
@@ -34,7 +34,6 @@ from checks.quality import (
     quality_findings,
     score_classes,
     seed_of,
-    wilson_figure,
 )
 from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
@@ -310,7 +309,7 @@ def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.Data
         b = Labelled(y_true[ib][both], pred[ib][both], proba[ib][both], classes)
         seed = seed_of(q.seed, service.name, start.isoformat(), end.isoformat(), base, w.model_version)
         for m in compare_versions(a, b, pred[ia], pred[ib], positive, q.bootstrap_samples, seed):
-            status = "ok" if m.value is not None and m.n >= q.min_n else "insufficient"
+            status = measured(m.value, m.n, q.min_n)
             w.findings.append(Finding("version_compare", {"metric": m.metric, "class": m.cls, "against": base},
                                       m.value, status, m.n, interval=m.interval,
                                       detail={**m.detail, "failed_as_miss": q.failed_as_miss}))

@@ -12,22 +12,25 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from checks.catalog import names
+
 VERDICTS = ("slower", "worse", "both", "drift", "healthy", "insufficient_data", "no_data")
 HARMFUL = ("slower", "worse", "both")
 
-# What each family of finding means for the verdict.
-SERVICE_CHECKS = ("latency",)  # total quantiles and failure / timeout / reject rates
+# What each family of finding (checks.catalog) means for the verdict.
+SERVICE_CHECKS = names("latency")  # total quantiles and failure / timeout / reject rates
 # Serving-efficiency losses that are a service regression by themselves: a cache that stopped hitting (or
 # serves another version's results) costs every request its compute, before the latency shows it at load.
-SERVING_CHECKS = ("cache_hit_rate", "stale_cache")
-SIGNAL_CHECKS = ("cache_hit_rate", "service_signal", "stale_cache", "hotspot", "oov_rate")
-CONFIRMED_QUALITY = ("quality", "acceptance", "version_compare")  # rest on delivered labels
-ESTIMATED_QUALITY = ("quality_estimate", "prediction_drift")  # before labels arrive
-INPUT_CHECKS = ("missing_rate", "out_of_range", "unseen_categories", "drift", "length_distribution", "oov_rate")
+SERVING_CHECKS = names("cache")
+SIGNAL_CHECKS = names("cache", "signals", "routing", "vocabulary")
+CONFIRMED_QUALITY = names("quality", "versions")  # rest on delivered labels
+ESTIMATED_QUALITY = names("estimates", "predictions")  # before labels arrive
+INPUT_CHECKS = names("completeness", "ranges", "drift", "lengths", "vocabulary")
 # Contract-level input changes: when one breaches, a prediction shift is what the new inputs do to the
 # model, not evidence of harm by itself.
-CONTRACT_INPUT_CHECKS = ("missing_rate", "out_of_range", "unseen_categories")
-LABEL_CHECKS = ("label_coverage", "label_bias")
+CONTRACT_INPUT_CHECKS = names("completeness", "ranges")
+LENGTH_CHECKS = names("lengths")  # input lengths: they explain a slowdown, or tell it apart from longer inputs
+LABEL_CHECKS = names("labels")
 QUANTILE_ORDER = ("p95", "p99", "p50")
 EVIDENCE_MAX = 8
 CHANGE_LOOKBACK = timedelta(hours=6)  # a version first seen this long before the window may be the trigger
@@ -257,7 +260,7 @@ def _attribution(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]
         out["total"] = {"value": total["value"], "baseline": total["baseline"], "n": total["n"]}
     signals = []
     for f in breach:
-        if f["check"] in SIGNAL_CHECKS or f["check"] == "length_distribution":
+        if f["check"] in SIGNAL_CHECKS + LENGTH_CHECKS:
             signals.append(_short(f))
     out["signals"] = signals
     out["length"] = _length_adjusted(whole, breach)
@@ -267,7 +270,7 @@ def _attribution(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]
 def _length_adjusted(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]) -> str:
     """'service' when latency rose within an input-length bucket, 'inputs' when the lengths shifted and
     latency per length bucket held, 'unknown' without per-length latency, '' when lengths did not shift."""
-    shifted = any(f["check"] == "length_distribution" for f in breach)
+    shifted = any(f["check"] in LENGTH_CHECKS for f in breach)
     per_length = [f for f in whole if f["check"] == "latency" and _length_labelled(f)
                   and f["status"] in ("ok", "breach")]
     if any(f["status"] == "breach" for f in per_length):
@@ -318,10 +321,10 @@ def _evidence(verdict: str, breach: list[Mapping[str, Any]], extra: list[Mapping
     """The breaching findings that make the verdict, most telling first: the service regression, then
     stages by share, signals, quality, inputs; per-segment findings (and those an episode holds on,
     `extra`) only for the quality the verdict rests on."""
-    order = {"slower": ("latency",) + SIGNAL_CHECKS + ("length_distribution",),
+    order = {"slower": SERVICE_CHECKS + SIGNAL_CHECKS + LENGTH_CHECKS,
              "worse": CONFIRMED_QUALITY + ESTIMATED_QUALITY,
-             "both": ("latency",) + CONFIRMED_QUALITY + SIGNAL_CHECKS + ESTIMATED_QUALITY + ("length_distribution",),
-             "drift": INPUT_CHECKS + ("prediction_drift",)}.get(verdict, ())
+             "both": SERVICE_CHECKS + CONFIRMED_QUALITY + SIGNAL_CHECKS + ESTIMATED_QUALITY + LENGTH_CHECKS,
+             "drift": INPUT_CHECKS + names("predictions")}.get(verdict, ())
     shares = attribution.get("stages", {})
     # Per segment: the quality the verdict rests on (a segment's predictions count as estimated harm).
     rests_on = CONFIRMED_QUALITY + (ESTIMATED_QUALITY if verdict in ("worse", "both") else ())

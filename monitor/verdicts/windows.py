@@ -12,7 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from checks.base import REGISTRY, Finding, Trailing, trailing
+from checks.base import Finding, Trailing, trailing
+from checks.catalog import names
 from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
 from checks.stats import dispersion
@@ -25,7 +26,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BASELINE = timedelta(hours=24)  # trailing history that latency, cache and signal checks compare with
 BASELINES = ("trailing_24h", "same_hour_7d")  # config `baseline`: the 24 h before, or this hour on 7 days
 SAME_HOUR_DAYS = 7
-HISTOGRAM_CHECKS = ("drift", "prediction_drift", "length_distribution")
+HISTOGRAM_CHECKS = names("drift", "predictions", "lengths")  # PSI of histograms on the reference's bins
+WINDOW_CHECKS = names(kind="window")
 MAX_RESCORED = 12  # closed windows per length re-scored for late rows in one tick; older ones wait for backfill
 RUN_LOOKBACK = timedelta(days=7)  # how far back a run of breaching windows scored by earlier ticks is read
 
@@ -230,7 +232,7 @@ class _StoredRuns:
             found = self.store.load_findings(session, self.service, since=start - RUN_LOOKBACK, until=start,
                                              model_version=version, status="breach")
         starts = {f["window_start"] for f in found if f["window_end"] - f["window_start"] == size
-                  and f["check"] in REGISTRY and "segment" not in (f["labels"] or {})}
+                  and f["check"] in WINDOW_CHECKS and "segment" not in (f["labels"] or {})}
         first = None
         while start - size in starts:
             first = start = start - size

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from scipy import stats
 
 from checks.base import trailing
 from checks.latency import RATES, LatencyThreshold, latency
@@ -45,3 +47,16 @@ def test_signal_near_zero_mean_needs_an_effect_in_its_own_spread(make, window, s
     busy = window(make(2000, queue_depth=rng.poisson(3, 2000).astype(float)), schema)
     [g] = service_signal(busy, None, base, SignalThreshold())
     assert g.status == "breach"
+
+
+def test_dispersion_is_the_pearson_statistic_of_the_buckets_table():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = rng.integers(1, 500, rng.integers(2, 20))
+        k = rng.binomial(n, rng.uniform(0.01, 0.3))
+        if not 0 < k.sum() < n.sum():
+            continue
+        table = np.column_stack([k, n - k]).astype(float)
+        statistic, _, dof, _ = stats.chi2_contingency(table[table.sum(axis=1) > 0], correction=False)
+        assert dispersion(list(zip(k.tolist(), n.tolist(), strict=True))) == pytest.approx(max(1.0, statistic / dof),
+                                                                                          rel=1e-12)

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError
+from dataclasses import FrozenInstanceError, replace
 from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
-from checks.base import REGISTRY, Finding
+from checks.base import Finding
+from checks.catalog import names
+from checks.contract import REGISTRY
 from checks.drift import DriftThreshold
 from checks.evaluate import evaluate
 from monitor.aggregate.partials import Partial
 
 NAMES = {"missing_rate", "out_of_range", "unseen_categories", "drift", "latency", "cache_hit_rate",
          "length_distribution", "prediction_drift", "service_signal", "stale_cache", "hotspot", "oov_rate"}
+QUALITY = {"quality", "quality_estimate", "version_compare", "label_coverage", "label_bias", "acceptance"}
 
 
 def test_every_check_is_registered_once_with_default_thresholds():
-    assert set(REGISTRY) == NAMES
+    assert set(names(kind="window")) == NAMES
+    assert set(REGISTRY) == NAMES | QUALITY | {"slo"}
     for reg in REGISTRY.values():
-        assert reg.fn.__doc__ and reg.params() == reg.params()  # thresholds construct with defaults
+        assert (reg.fn is None or reg.fn.__doc__) and reg.doc and reg.params() == reg.params()  # thresholds construct with defaults
         with pytest.raises(FrozenInstanceError):
             setattr(reg.params(), next(iter(reg.params.__dataclass_fields__)), 0)
 
@@ -43,7 +47,7 @@ def test_a_failing_check_yields_an_insufficient_finding(monkeypatch, reference_p
     def boom(*args):
         raise RuntimeError("bad bins")
 
-    monkeypatch.setitem(REGISTRY, "drift", REGISTRY["drift"].__class__("drift", boom, DriftThreshold))
+    monkeypatch.setitem(REGISTRY, "drift", replace(REGISTRY["drift"], fn=boom))
     [f] = [f for f in evaluate(Partial(), reference_profile, None) if f.check == "drift"]
     assert f.status == "insufficient" and "bad bins" in f.detail["error"]
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from checks.base import REGISTRY
+from checks.contract import REGISTRY
 from checks.evaluate import evaluate  # noqa: F401 (registers every check)
 from monitor.simulate import SCENARIOS
 

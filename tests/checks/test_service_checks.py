@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from checks.cache import CacheThreshold, StaleThreshold, cache_hit_rate, stale_cache
-from checks.evaluate import evaluate, thresholds
+from checks.catalog import thresholds
+from checks.evaluate import evaluate
 from checks.latency import LatencyThreshold, latency
 from checks.routing import HotspotThreshold, hotspot
 from checks.vocabulary import OovThreshold, oov_rate

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from checks.base import REGISTRY
+from checks.contract import REGISTRY
 from checks.evaluate import evaluate
 from monitor import config as config_mod
 from monitor.cli import app

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from checks.acceptance import acceptance_finding, control_fdr
 from checks.base import Finding
 from checks.quality import (
     Labelled,
     Measure,
-    acceptance_finding,
     bias_finding,
     compare_versions,
-    control_fdr,
     coverage_findings,
     estimate,
     estimate_findings,
