@@ -8,7 +8,7 @@ from typing import Literal
 from checks.base import Finding, check, rate_above
 from checks.stats import wilson
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 

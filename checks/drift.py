@@ -10,7 +10,7 @@ from checks.base import Finding, check, widen
 from checks.stats import bh, compare
 from checks.thresholds import StandardDeviationThreshold, psi_interval, psi_null
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import FieldProfile, Profile
 
 

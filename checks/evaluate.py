@@ -18,7 +18,7 @@ from checks import (  # noqa: F401 (registration: one module per family)
     vocabulary,
 )
 from checks.base import REGISTRY, Finding
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 # The checks that compare a window's data with the reference (or, when configured, accepted serving history).

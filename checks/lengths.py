@@ -5,7 +5,7 @@ from __future__ import annotations
 from checks.base import Finding, check
 from checks.drift import DriftThreshold, histogram_findings
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 

@@ -9,7 +9,7 @@ from checks.base import Finding, check, rate_above
 from checks.stats import wilson
 from checks.thresholds import range_band, rise_p
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import FieldProfile, Profile
 
 Band = Literal["learned", "none"]

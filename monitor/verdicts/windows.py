@@ -17,7 +17,7 @@ from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
 from checks.stats import dispersion
 from monitor.aggregate import keys
-from monitor.aggregate.partials import ALL, Partial, merge_all
+from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.aggregate.profile import Profile
 from storage.store import Store
 

@@ -8,7 +8,8 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from monitor.aggregate.partials import Partial, fold, merge_all, merge_bytes
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import Partial, merge_all, merge_bytes
 from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 

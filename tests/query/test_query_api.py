@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from tests_support import v2_bytes
 
-from monitor.aggregate.partials import ALL, Partial, merge_all
+from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.investigate import query as q
 from storage.models import BucketPartial
 
