@@ -1,7 +1,7 @@
 """The quantile sketch of a partial (DDSketch bins, relative accuracy 1%), and its batch form: the sketches
 of many groups of rows built at once with numpy.
 
-DDSKETCH_FIGURES
+Sketch keys follow ddsketch's LogarithmicMapping, so its quantiles equal ddsketch's for the same values.
 """
 
 from __future__ import annotations
