@@ -215,7 +215,8 @@ def _reset_peak() -> bool:
 
 def _tailwatch_side(rows: int, shape: str) -> dict:
     from checks.evaluate import evaluate
-    from monitor.aggregate.partials import Partial, fold, merge_all
+    from monitor.aggregate.fold import fold
+    from monitor.aggregate.partial import Partial, merge_all
     from monitor.aggregate.profile import build_profile
 
     sch = schema()
@@ -341,7 +342,8 @@ def _drop(store, db: Path) -> None:
 
 
 def _fold_upsert(store, frame: pd.DataFrame, sch, profile) -> None:
-    from monitor.aggregate.partials import fold, merge_bytes
+    from monitor.aggregate.fold import fold
+    from monitor.aggregate.partial import merge_bytes
 
     parts = fold(frame, BUCKET, [], timed=False, schema=sch, profile=profile)
     with store.transaction(durable=False) as session:  # as monitor.daemon.runner's ingest step commits
@@ -349,7 +351,7 @@ def _fold_upsert(store, frame: pd.DataFrame, sch, profile) -> None:
 
 
 def _stored_counts(store) -> dict:
-    from monitor.aggregate.partials import Partial
+    from monitor.aggregate.partial import Partial
 
     with store.transaction() as session:
         rows = store.load_partials(session, SERVICE, START - timedelta(days=1), START + timedelta(days=1))
@@ -402,7 +404,7 @@ def incremental(rows: int, work: Path) -> dict:
 # -- part 3: scoring with 1 day vs 30 days stored --------------------------------------------------
 
 def history(work: Path) -> dict:
-    from monitor.aggregate.partials import fold
+    from monitor.aggregate.fold import fold
     from monitor.aggregate.profile import build_profile
     from monitor.verdicts.windows import score
     from storage.rows import PartialRow

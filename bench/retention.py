@@ -29,7 +29,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from monitor import config as config_mod
-    from monitor.aggregate.partials import Partial, merge_all
+    from monitor.aggregate.partial import Partial, merge_all
     from monitor.daemon import jobs, retention
     from monitor.demo import demo_config
     from monitor.simulate import generate

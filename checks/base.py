@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from checks.contract import Status
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def trailing(buckets: list[Partial], keys: tuple[str, ...], merged: Partial | No
     """The merged baseline of `buckets` with the dispersion of each count key in `keys`, and of each
     histogram (key `hist:<name>`); None if empty. `merged`: their merge, when the caller has it."""
     from checks.stats import dispersion, table_dispersion
-    from monitor.aggregate.partials import merge_all
+    from monitor.aggregate.partial import merge_all
 
     merged = merge_all(buckets) if merged is None else merged
     if not merged.rows:

@@ -8,7 +8,9 @@ from checks.base import Finding, widen
 from checks.contract import Count, Share, check, decide
 from checks.stats import mover, wilson
 from monitor.aggregate import keys
-from monitor.aggregate.partials import CACHE_STATES, STALE, Partial
+from monitor.aggregate.fold_service import CACHE_STATES
+from monitor.aggregate.keys import STALE
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 

@@ -9,7 +9,7 @@ from checks.base import Finding
 from checks.contract import Count, Share, check, decide
 from checks.stats import wilson
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 

@@ -11,7 +11,7 @@ from checks.contract import Count, NonNegative, Share, check
 from checks.stats import bh, compare
 from checks.thresholds import StandardDeviationThreshold, psi_interval, psi_null
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import FieldProfile, Profile
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from checks.base import Finding
 from checks.catalog import names
 from checks.contract import REGISTRY
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 # The checks that compare a window's data with the reference (or, when configured, accepted serving history).

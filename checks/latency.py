@@ -17,20 +17,19 @@ from checks.stats import (
     rate_ratio_interval,
 )
 from monitor.aggregate import keys
-from monitor.aggregate.keys import STAGE_PREFIX
-from monitor.aggregate.partials import (
+from monitor.aggregate.keys import (
     ARRIVAL,
     BY_LENGTH,
     COMPLETION,
     LATENCY,
-    RELATIVE_ACCURACY,
+    STAGE_PREFIX,
     TOKENS,
     TOKENS_PER_S,
     TTFT,
-    Partial,
-    Sketch,
 )
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
+from monitor.aggregate.sketch import RELATIVE_ACCURACY, Sketch
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 LEVEL = 0.95  # coverage of the quantile intervals

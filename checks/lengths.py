@@ -6,7 +6,7 @@ from checks.base import Finding
 from checks.contract import check
 from checks.drift import DriftThreshold, histogram_findings
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 

@@ -10,7 +10,7 @@ from checks.contract import Count, Share, check, decide
 from checks.stats import wilson
 from checks.thresholds import range_band, rise_p
 from monitor.aggregate import keys
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import FieldProfile, Profile
 
 Band = Literal["learned", "none"]

@@ -8,8 +8,11 @@ from checks.base import Finding
 from checks.contract import Count, NonNegative, Positive, Share, check, decide
 from checks.latency import LEVEL, quantile_interval
 from checks.stats import quantile_needed
-from monitor.aggregate.partials import LATENCY, ROUTE, ROUTING, Partial, Sketch
+from monitor.aggregate.fold_service import ROUTING
+from monitor.aggregate.keys import LATENCY, ROUTE
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
+from monitor.aggregate.sketch import Sketch
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from ddsketch.mapping import LogarithmicMapping
 
 from checks.contract import Contract, Count, declare
 from monitor.aggregate import keys
-from monitor.aggregate.keys import STAGE_PREFIX
-from monitor.aggregate.partials import ALL, LATENCY, RELATIVE_ACCURACY, Partial, Sketch, merge_all
+from monitor.aggregate.keys import LATENCY, STAGE_PREFIX
+from monitor.aggregate.partial import ALL, Partial, merge_all
+from monitor.aggregate.sketch import RELATIVE_ACCURACY, Sketch
 from monitor.durations import duration_text
 
 OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, "<": operator.lt, ">=": operator.ge,

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from checks.base import Finding
 from checks.contract import Count, NonNegative, Share, check
 from checks.stats import Z95, mean_interval, welch_p
-from monitor.aggregate.partials import Partial, Sketch
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
+from monitor.aggregate.sketch import Sketch
 
 PREFIX = "signal:"
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from checks.base import Finding
 from checks.contract import Count, Share, check, decide
 from monitor.aggregate import keys
-from monitor.aggregate.partials import OOV_SAMPLE, Partial
+from monitor.aggregate.fold_text import OOV_SAMPLE
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from monitor import config as config_mod
-from monitor.aggregate.partials import ALL, Partial
+from monitor.aggregate.partial import ALL, Partial
 from monitor.daemon.jobs import tick_job
 from monitor.daemon.runner import TickReport, tick
 from storage.store import Store

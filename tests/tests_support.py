@@ -22,7 +22,7 @@ def valid_lines(n: int, start: int = 0) -> str:
 
 def stored_rows(store, service: str = "churn") -> int:
     """Rows folded into the stored all-traffic partials of `service`, over all time."""
-    from monitor.aggregate.partials import ALL, Partial
+    from monitor.aggregate.partial import ALL, Partial
 
     with store.transaction() as s:
         rows = store.load_partials(s, service, datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC),
@@ -37,7 +37,7 @@ def v2_bytes(partial) -> bytes:
 
     import numpy as np
 
-    from monitor.aggregate.partials import BINARY_V2
+    from monitor.aggregate.codec import BINARY_V2
 
     hists, sketches = sorted(partial.hists.items()), sorted(partial.sketches.items())
     head = {"counts": dict(sorted(partial.counts.items())), "hists": [[k, len(v)] for k, v in hists],

@@ -6,6 +6,48 @@ Keys are strings in stored payloads (`kind:name`); these builders are the only p
 from __future__ import annotations
 
 STAGE_PREFIX = "stage."  # a stage's duration in ms: its sketch key and its column in the joined frame
+ROWS = "rows"  # rows folded
+JOINED, UNMATCHED = "joined", "unmatched"  # rows with and without stage timings (a timing source configured)
+STAGE_ROWS = "stage_rows"  # stage timing rows joined
+PREDICTION = "prediction"  # histogram of the predicted class or value
+LATENCY = "latency_ms"  # sketch of the total latency, ms
+TTFT = "ttft_ms"  # sketch of the time to first token (generative services), ms
+TOKENS_PER_S = "output_tokens_per_s"  # sketch of output_tokens / latency per request
+ARRIVAL, COMPLETION = "time:arrival", "time:completion"  # sketches of arrival and ts + latency, epoch s
+STALE = "stale:cache_version"  # unseen-style top of the cache_version values of stale hits
+SIGNAL_PREFIX = "signal:"
+TOKENS = "tokens:"  # sketches `tokens:input`, `tokens:output` (their sums are the token totals)
+BY_LENGTH = "latency_by:"  # `latency_by:len:<text field>@<bucket>`, `latency_by:input_tokens@<bucket>`
+ROUTE = "route:"  # counts and latency sketches `route:<field>=<value>`
+# Counts `cache_us:<hit|miss>:rows` and `cache_us:<hit|miss>:<latency key>`: timed requests per cache outcome
+# and their summed time in integer microseconds (integers, so a split merges back exactly). What a miss costs
+# over a hit, stage by stage: explain splits a slowdown into "more misses" and "slower requests".
+CACHE_TIME = "cache_us:"
+
+
+def signal(name: str) -> str:
+    """Sketch of numeric service signal `name` (`queue_depth`, `batch_size`, ...)."""
+    return f"{SIGNAL_PREFIX}{name}"
+
+
+def token_counts(kind: str) -> str:
+    """Sketch of each request's `kind` (`input`, `output`) token count."""
+    return f"{TOKENS}{kind}"
+
+
+def latency_by(source: str, label: str) -> str:
+    """Latency sketch of the rows whose `source` (`len:<text field>`, `input_tokens`) is in bucket `label`."""
+    return f"{BY_LENGTH}{source}@{label}"
+
+
+def route(field: str, value: str) -> str:
+    """Rows (count) and their latency (sketch) of routing `field` value `value`."""
+    return f"{ROUTE}{field}={value}"
+
+
+def cache_time(outcome: str, name: str) -> str:
+    """Timed requests of cache `outcome` (`hit`, `miss`): their count (`name` ROWS) or summed `name` time, us."""
+    return f"{CACHE_TIME}{outcome}:{name}"
 
 
 def status(value: str) -> str:

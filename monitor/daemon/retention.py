@@ -1,7 +1,7 @@
 """Retention: compact old bucket partials into coarser buckets, tier by tier, and expire what only
 matters for a while (quarantine excerpts, sent notifications, tick rows, job events).
 
-Compaction merges the partials of each coarse bucket (`monitor.aggregate.partials.merge_all`) and replaces them in
+Compaction merges the partials of each coarse bucket (`monitor.aggregate.partial.merge_all`) and replaces them in
 one transaction, so a window made of whole coarse buckets scores the same before and after.
 """
 
@@ -11,7 +11,7 @@ import logging
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from monitor.aggregate.partials import Partial, merge_all, merge_bytes
+from monitor.aggregate.partial import Partial, merge_all, merge_bytes
 from monitor.config import Config
 from monitor.verdicts.windows import EPOCH, floor_to
 from storage.rows import PartialRow

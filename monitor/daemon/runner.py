@@ -22,7 +22,8 @@ from pandas._libs import hashtable
 
 from checks.evaluate import compare_with
 from checks.judge import judge, summary
-from monitor.aggregate.partials import fold, merge_bytes
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import merge_bytes
 from monitor.aggregate.profile import Profile, stored_profile
 from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from checks.drift import DriftThreshold, drift, prediction_drift
 from monitor.aggregate import keys
-from monitor.aggregate.partials import ALL, Partial
+from monitor.aggregate.partial import ALL, Partial
 from monitor.aggregate.profile import Profile
 from monitor.config import Constraint, Service
 from monitor.investigate import query

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.panel import Panel
 
 from checks.catalog import names
-from monitor.aggregate.keys import STAGE_PREFIX
-from monitor.aggregate.partials import CACHE_TIME, LATENCY, Partial
+from monitor.aggregate.keys import CACHE_TIME, LATENCY, STAGE_PREFIX
+from monitor.aggregate.partial import Partial
 from monitor.investigate import query
 from monitor.investigate.output import table
 from storage.models import VersionSeen

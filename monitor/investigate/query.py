@@ -7,11 +7,9 @@ Times are UTC-aware; a range [since, until) selects by window start (findings, v
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sqlite3
-import struct
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -24,23 +22,15 @@ import pandas as pd
 from sqlalchemy import func, select
 
 from checks.latency import QUANTILES
-from monitor.aggregate import keys
-from monitor.aggregate.keys import STAGE_PREFIX
-from monitor.aggregate.partials import (
-    ALL,
-    BINARY,
-    BINARY_V2,
-    LATENCY,
-    Partial,
-    Sketch,
-    merge_all,
-    payload_floats,
-)
+from monitor.aggregate import codec, keys
+from monitor.aggregate.keys import LATENCY, STAGE_PREFIX
+from monitor.aggregate.partial import ALL, Partial, merge_all
+from monitor.aggregate.sketch import Sketch
 from storage import models
 from storage.models import BucketPartial, FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
 from storage.store import SQL_READER_ROLE, Store, StoreError, utc
 
-SIGNAL_PREFIX = "signal:"
+SIGNAL_PREFIX = keys.signal("")
 FINDING_COLUMNS = ("id", "check", "status", "window_start", "window_end", "model_version", "labels", "value",
                    "baseline", "effect", "n", "interval_low", "interval_high", "p_value", "detail")
 SQL_MAX_ROWS = 10_000
@@ -251,7 +241,7 @@ def _periods(since: datetime, until: datetime, step: float | None, buckets: Sequ
 # Sketches and counts partial_metrics reads; the others (latency by length or replica, arrival times) are
 # left unmerged by metrics: their bins are most of a partial.
 BINCOUNT_SPAN = 1 << 16  # key ranges up to this wide are summed with bincount
-HEALTH_COUNTS = ("rows", "stage_rows", keys.OK, keys.TIMEOUT, keys.REJECTED, keys.ERROR,
+HEALTH_COUNTS = (keys.ROWS, keys.STAGE_ROWS, keys.OK, keys.TIMEOUT, keys.REJECTED, keys.ERROR,
                  keys.cache_hit(), keys.cache_miss())
 
 
@@ -275,15 +265,12 @@ class _HealthSum:
         self.wanted: dict[str, bool] = {}
 
     def add(self, payload: bytes) -> None:
-        if payload[:4] not in (BINARY, BINARY_V2):  # a JSON payload, stored before the binary form or past int64
+        layout = codec.read_binary(payload)
+        if layout is None:  # a JSON payload, stored before the binary form or past int64
             self._add_partial(Partial.from_bytes(payload))
             return
-        (size,) = struct.unpack_from("<I", payload, 4)
-        head = json.loads(payload[8:8 + size])
-        width = head["int"]
-        skip = sum(bins for _, bins in head["hists"])
-        floats, at = payload_floats(payload, size, head)
-        values = np.frombuffer(payload, dtype=f"<i{width}", offset=at + skip * width)
+        head = layout.head
+        values = layout.ints[sum(bins for _, bins in head["hists"]):]
         counts, own = head["counts"], self.counts
         for key in HEALTH_COUNTS:
             if key in counts:
@@ -296,10 +283,8 @@ class _HealthSum:
                 keep = wanted[name] = _health_sketch(name)
             if keep and row[4]:
                 self.ints[name].extend((base + i, npos, nneg, row[3], row[4]))
-                self.floats[name].extend(row[5:] or floats[4 * j:4 * j + 4])
+                self.floats[name].extend(layout.sketch_floats(j))
             i += 2 * (npos + nneg)
-        if i != len(values):
-            raise ValueError(f"partial payload holds {skip + len(values)} values, its header describes {skip + i}")
         self.values.append(values)
         self.size += len(values)
 

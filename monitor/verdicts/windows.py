@@ -18,7 +18,7 @@ from checks.evaluate import DATA_CHECKS, evaluate
 from checks.latency import RATES
 from checks.stats import dispersion
 from monitor.aggregate import keys
-from monitor.aggregate.partials import ALL, Partial, merge_all
+from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.aggregate.profile import Profile
 from storage.store import Store
 
@@ -250,7 +250,7 @@ class _Regressions:
             found = store.load_findings(session, service, since=since, until=until, status="breach")
         self.starts: dict[tuple[str, timedelta], set[datetime]] = defaultdict(set)
         for f in found:
-            if f["check"] in REGISTRY and "segment" not in (f["labels"] or {}):
+            if f["check"] in WINDOW_CHECKS and "segment" not in (f["labels"] or {}):
                 self.starts[(f["model_version"], f["window_end"] - f["window_start"])].add(f["window_start"])
 
     def scored(self, version: str, start: datetime, end: datetime, *, breach: bool) -> None:

@@ -11,7 +11,8 @@ import pytest
 from alerts_support import make_config
 from sqlalchemy import select, update
 
-from monitor.aggregate.partials import Partial, Sketch, merge_bytes
+from monitor.aggregate.partial import Partial, merge_bytes
+from monitor.aggregate.sketch import Sketch
 from monitor.alerts.evaluate import after_tick
 from storage.models import AlertState, FindingRow, Incident, Outbox
 from storage.rows import PartialRow

@@ -13,7 +13,8 @@ import pytest
 from alerts_support import make_config
 from sqlalchemy import select
 
-from monitor.aggregate.partials import Partial, Sketch, merge_bytes
+from monitor.aggregate.partial import Partial, merge_bytes
+from monitor.aggregate.sketch import Sketch
 from monitor.alerts.evaluate import Window, after_tick, effect_severity, lifecycle, onset_of, superseded
 from monitor.config import VerdictAlerts, parse
 from monitor.verdicts.verdict import HARMFUL, Evidence, decide

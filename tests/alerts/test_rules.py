@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from checks.rules import above, evaluate, measure, parse_objective
-from monitor.aggregate.partials import Partial, Sketch
+from monitor.aggregate.partial import Partial
+from monitor.aggregate.sketch import Sketch
 from monitor.config import SloRule
 
 END = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)

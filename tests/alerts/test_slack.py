@@ -14,7 +14,8 @@ from alerts_support import TOKEN, make_config
 from sqlalchemy import select
 from test_after_tick import SLOWER_EPISODE, at, write_window
 
-from monitor.aggregate.partials import Partial, Sketch, merge_bytes
+from monitor.aggregate.partial import Partial, merge_bytes
+from monitor.aggregate.sketch import Sketch
 from monitor.alerts.evaluate import after_tick
 from monitor.notify import drain
 from storage.models import Outbox

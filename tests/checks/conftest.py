@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.aggregate.partials import ALL, Partial, fold, merge_all
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.aggregate.profile import Profile
 from monitor.schema import Schema
 

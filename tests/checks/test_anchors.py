@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.aggregate.partials import ALL, fold, merge_bytes
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import ALL, merge_bytes
 from monitor.verdicts.windows import Anchors, baseline_ranges, score, store_scored
 
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
@@ -221,7 +222,7 @@ def test_a_burst_of_rejects_in_one_bucket_is_one_event_not_a_reject_rate(store):
 
 
 def test_an_anchored_baseline_is_read_once_per_call_however_many_windows_use_it(store, monkeypatch):
-    from monitor.aggregate.partials import Partial
+    from monitor.aggregate.partial import Partial
 
     same_version_fault(store, hours=16)
     windows = [(DEPLOY + h * HOUR, DEPLOY + (h + 1) * HOUR) for h in range(16)]

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.aggregate.partials import ALL, fold, merge_bytes
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import ALL, merge_bytes
 from monitor.verdicts.windows import baseline_ranges, score
 
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
@@ -55,7 +56,7 @@ def test_a_busy_hour_is_slow_against_the_day_but_not_against_its_own_hour(store)
 def test_windows_scored_together_read_each_stored_bucket_once_and_score_as_alone(store, monkeypatch):
     # A tick or a scan scores many windows whose trailing days overlap; each stored partial is decoded once
     # for all of them, and each window scores as it does alone.
-    from monitor.aggregate.partials import Partial
+    from monitor.aggregate.partial import Partial
     from monitor.verdicts import windows as windows_mod
 
     rng = np.random.default_rng(1)
@@ -88,7 +89,7 @@ def test_windows_scored_together_read_each_stored_bucket_once_and_score_as_alone
 def test_hour_blocks_merge_as_the_buckets_do():
     # A baseline is merged an hour at a time where an hour lies whole in its range: counts, histograms,
     # sketch bins, min and max as the buckets' own merge; sums to the last bits.
-    from monitor.aggregate.partials import Partial, merge_all
+    from monitor.aggregate.partial import Partial, merge_all
     from monitor.verdicts.windows import _Blocks
 
     rng = np.random.default_rng(2)

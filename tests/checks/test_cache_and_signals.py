@@ -6,7 +6,7 @@ import numpy as np
 
 from checks.cache import CacheThreshold, cache_hit_rate
 from checks.signals import SignalThreshold, service_signal
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 
 
 def test_cache_hit_rate_drop_breaches(make, window, trailing):

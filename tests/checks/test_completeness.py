@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from checks.completeness import RateIncrease, missing_rate
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 
 
 def by_field(findings):

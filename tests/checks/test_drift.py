@@ -11,7 +11,7 @@ import pytest
 from checks.drift import DriftThreshold, drift, prediction_drift
 from checks.lengths import length_distribution
 from checks.stats import bh, chi2_two_sample, jensen_shannon, psi, wilson
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 

@@ -13,7 +13,7 @@ from checks.catalog import names
 from checks.contract import REGISTRY
 from checks.drift import DriftThreshold
 from checks.evaluate import evaluate
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 
 NAMES = {"missing_rate", "out_of_range", "unseen_categories", "drift", "latency", "cache_hit_rate",
          "length_distribution", "prediction_drift", "service_signal", "stale_cache", "hotspot", "oov_rate"}

@@ -43,7 +43,7 @@ def test_hotspot_latency_interval_holds_the_true_quantile(make, window) -> None:
     assert hits / 200 >= 0.93
     assert f.detail["interval_confidence"] >= 0.95 and f.detail["baseline_interval"] is not None
     from checks.latency import quantile_interval
-    from monitor.aggregate.partials import Sketch
+    from monitor.aggregate.sketch import Sketch
 
     # Too few values for 95%: the interval is min..max and its confidence says so.
     assert quantile_interval(Sketch.of(np.arange(1.0, 11.0)), 0.95) == ((1.0, 10.0), pytest.approx(1 - 0.95 ** 10 - 0.05 ** 10))

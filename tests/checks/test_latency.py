@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from checks.latency import LatencyThreshold, latency
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 
 
 def find(findings, **labels):
@@ -118,7 +118,7 @@ def test_healthy_windows_from_one_distribution_do_not_breach():
     the interval rule and the floors keep every quantile of every stage from breaching."""
     from collections import Counter
 
-    from monitor.aggregate.partials import Sketch
+    from monitor.aggregate.sketch import Sketch
 
     def partial(rng, n):
         model, parse = rng.lognormal(3.0, 0.5, n), rng.lognormal(1.0, 0.3, n)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from checks.ranges import RateLimit, out_of_range, unseen_categories
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 

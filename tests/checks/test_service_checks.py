@@ -16,7 +16,8 @@ from checks.evaluate import evaluate
 from checks.latency import LatencyThreshold, latency
 from checks.routing import HotspotThreshold, hotspot
 from checks.vocabulary import OovThreshold, oov_rate
-from monitor.aggregate.partials import ALL, Partial, fold, merge_all
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.aggregate.profile import Profile, build_profile
 from monitor.config import ConfigError, parse
 from monitor.schema import Schema

@@ -14,7 +14,8 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
-from monitor.aggregate.partials import RELATIVE_ACCURACY, Partial
+from monitor.aggregate.partial import Partial
+from monitor.aggregate.sketch import RELATIVE_ACCURACY
 from monitor.config import Engine
 from monitor.daemon.engines.local import Scan, dataset_timed, open_dataset
 from monitor.daemon.engines.scan import fold_dataset, run_scan, windows_between

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from test_engines_agree import assert_same_partial
 
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.config import Engine
 from monitor.daemon.engines.local import Scan, filesystem, open_dataset, plan, read_piece, scan_plan
 from monitor.daemon.engines.scan import fold_dataset

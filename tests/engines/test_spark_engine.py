@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from monitor.config import Engine
 from monitor.daemon.engines.local import Scan
 from monitor.daemon.engines.scan import fold_dataset

@@ -12,25 +12,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from ddsketch import DDSketch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests_support import v2_bytes
 
-from monitor.aggregate.partials import (
-    ALL,
-    BINARY,
-    BINARY_V2,
-    LATENCY,
-    MIXED,
-    ROUTE,
-    UNSEEN_KEEP,
-    Partial,
-    Sketch,
-    fold,
-    merge_all,
-    merge_bytes,
-)
+from monitor.aggregate.codec import BINARY, BINARY_V2, encode_json
+from monitor.aggregate.fold import fold
+from monitor.aggregate.keys import LATENCY, ROUTE
+from monitor.aggregate.partial import ALL, MIXED, UNSEEN_KEEP, Partial, merge_all, merge_bytes
 from monitor.aggregate.profile import build_profile
 from monitor.schema import Schema
 
@@ -150,7 +139,7 @@ def test_payloads_are_binary_and_fall_back_to_json_past_64_bits():
     f = frame([{"minute": 0, "x": 1.0, "c": "zz", "t": "ab ab", "latency_ms": 3.0, "replica": "r1"}])
     [row] = fold(f, timedelta(minutes=5), [], False, schema=SCHEMA, profile=PROFILE)
     p = Partial.from_bytes(row.payload)
-    assert row.payload[:4] == BINARY and p.to_bytes() == row.payload and Partial.from_bytes(p._json()) == p
+    assert row.payload[:4] == BINARY and p.to_bytes() == row.payload and Partial.from_bytes(encode_json(p.counts, p.hists, p.sketches, p.unseen, p.profile)) == p
     huge = Partial(p.counts + Counter({"rows": 2**70}), {"x": (2**70, 1)}, p.sketches, p.unseen, p.profile)
     assert huge.to_bytes()[:1] == b"{" and Partial.from_bytes(huge.to_bytes()) == huge
     for big in (2**20, 2**40):  # int32, int64
@@ -172,47 +161,6 @@ def test_binary_payloads_stored_before_twp3_still_read_and_merge():
         old = v2_bytes(p)
         assert old[:4] == BINARY_V2 and old != row.payload and Partial.from_bytes(old) == p
         assert Partial.from_bytes(merge_bytes(old, row.payload)) == p.merge(p)
-
-
-# -- sketches --------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("values", [
-    np.random.default_rng(0).lognormal(3, 1, 5000),
-    np.concatenate([np.zeros(100), np.random.default_rng(1).uniform(0, 50, 900)]),
-    np.random.default_rng(2).normal(0, 10, 2000),
-    np.array([7.0]),
-])
-def test_sketch_quantiles_match_ddsketch(values):
-    ours, ref = Sketch.of(values), DDSketch(0.01)
-    for v in values:
-        ref.add(float(v))
-    for q in (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0):
-        assert ours.quantile(q) == pytest.approx(ref.get_quantile_value(q), rel=1e-9, abs=1e-12)
-        exact = float(np.quantile(values, q, method="lower"))
-        assert abs(ours.quantile(q) - exact) <= 0.0101 * abs(exact) + 1e-12
-    assert ours.count == len(values) and ours.sum == pytest.approx(values.sum())
-
-
-@pytest.mark.parametrize("values", [
-    np.random.default_rng(0).lognormal(3, 1, 500),
-    np.concatenate([np.zeros(10), np.random.default_rng(1).uniform(0, 50, 90)]),
-    np.random.default_rng(2).normal(0, 10, 300),
-    np.array([7.0]),
-])
-def test_sketch_bin_at_rank_holds_the_value_of_that_rank(values):
-    # A bin spans (1 + 1%) / (1 - 1%): at most 2.02% of the values it holds.
-    sketch, ordered = Sketch.of(values), np.sort(values)
-    for rank, value in enumerate(ordered):
-        low, high = sketch.bin_at_rank(rank)
-        assert low <= value <= high and high - low <= 0.0203 * abs(value) + 1e-12, (rank, value, low, high)
-    assert sketch.bin_at_rank(0)[0] == ordered[0] and sketch.bin_at_rank(len(values) - 1)[1] == ordered[-1]
-    assert sketch.bin_at_rank(-1) is None and sketch.bin_at_rank(len(values)) is None
-
-
-def test_sketch_skips_non_finite_and_empty_is_none():
-    s = Sketch.of(np.array([np.nan, np.inf, -np.inf, 1.0]))
-    assert s.count == 1 and s.quantile(0.5) == pytest.approx(1.0, rel=0.01)
-    assert Sketch().quantile(0.5) is None and Sketch().mean is None and Sketch.of(np.array([])).count == 0
 
 
 def test_serialized_size_is_compact():

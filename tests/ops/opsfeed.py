@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from monitor.aggregate.partials import Partial
+from monitor.aggregate.partial import Partial
 from storage.store import Store
 
 START = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from opsfeed import START, feed_lines, partial_table, write_all, write_config
 from sqlalchemy import func, insert, select
 
 from monitor import config as config_mod
-from monitor.aggregate.partials import Partial, merge_all
+from monitor.aggregate.partial import Partial, merge_all
 from monitor.daemon import jobs, retention
 from monitor.verdicts.windows import score
 from storage.models import Outbox, QuarantineRow

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from monitor.aggregate.partials import fold, merge_bytes
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import merge_bytes
 from monitor.aggregate.profile import build_profile
 from monitor.cli import app
 from monitor.daemon import retention

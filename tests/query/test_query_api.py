@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import select
 from tests_support import v2_bytes
 
-from monitor.aggregate.partials import ALL, Partial, merge_all
+from monitor.aggregate.codec import encode_json
+from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.investigate import query as q
 from storage.models import BucketPartial
 
@@ -128,7 +129,7 @@ def test_metrics_read_partials_as_the_full_merge_does(filled, scenario_run):
     parts = [Partial.from_bytes(p) for p in payloads[:20]]
     acc = q._HealthSum()
     for i, part in enumerate(parts):  # every serialized form, interleaved: TWP3, JSON, and TWP2 as stored before
-        acc.add((part.to_bytes(), part._json(), v2_bytes(part))[i % 3])
+        acc.add((part.to_bytes(), encode_json(part.counts, part.hists, part.sketches, part.unseen, part.profile), v2_bytes(part))[i % 3])
     merged, want = acc.partial(), merge_all(parts)
     assert merged.counts == {k: v for k, v in want.counts.items() if k in q.HEALTH_COUNTS}
     assert merged.sketches == {k: v for k, v in want.sketches.items() if q._health_sketch(k)}

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from tests_support import valid_row
 
 from monitor import config as config_mod
-from monitor.aggregate.partials import ALL, Partial
+from monitor.aggregate.partial import ALL, Partial
 from monitor.daemon.runner import tick
 from monitor.ingest import sources as sources_mod
 from storage.store import Store

@@ -5,7 +5,7 @@ not; a local path or an fsspec URL) of prediction rows, each with its stage timi
 `stage.<name>` columns (ms; null: no timing of that stage), the wide form `monitor.ingest.frame.join` gives.
 A chunk goes through the runner's own steps: contract validation (`monitor.ingest.validate`), the join
 (`monitor.ingest.frame.join`, which derives `joined` / `stage_rows` and drops repeated request_ids), and
-`monitor.aggregate.partials.fold`.
+`monitor.aggregate.fold.fold`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from monitor.aggregate.partials import Partial, fold, merge_all, merge_bytes
+from monitor.aggregate.fold import fold
+from monitor.aggregate.partial import Partial, merge_all, merge_bytes
 from monitor.aggregate.profile import Profile
 from monitor.config import Limits, Service
 from monitor.contract import RecordKind

@@ -1,0 +1,110 @@
+"""What a fold counts of text: latency per input-length bucket, and tokens outside the reference
+vocabulary over a hash-sampled share of the distinct texts."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from monitor.aggregate import keys
+from monitor.aggregate.profile import FieldProfile, tokens
+from monitor.aggregate.sketch import Values
+from monitor.aggregate.totals import Totals, add_up, sketch
+
+LENGTH_SPLITS = (0.5, 0.8, 0.9)  # reference length quantiles splitting latency by input length
+OOV_SAMPLE = 8  # oov counts take the distinct texts whose text_hash is 0 mod this (the same texts in any split)
+
+
+def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    """The reference length edges (at LENGTH_SPLITS quantiles of `ref`'s bins) that split latency by
+    input length, and the bucket labels (`<120`, `120-400`, `400+`)."""
+    edges = ref.edges
+    if not edges:
+        return (), ("all",)
+    picks = sorted({min(max(round(q * (len(edges) + 1)) - 1, 0), len(edges) - 1) for q in LENGTH_SPLITS})
+    cuts = tuple(edges[i] for i in picks)
+    labels = [f"<{cuts[0]:g}"] + [f"{a:g}-{b:g}" for a, b in itertools.pairwise(cuts)] + [f"{cuts[-1]:g}+"]
+    return cuts, tuple(labels)
+
+
+def latency_by_length(latency: Values | None, accs: list[Totals], source: str, ref: FieldProfile,
+                       idx: np.ndarray) -> None:
+    """Latency sketches per input-length bucket; `idx` the rows' bins on `ref.edges` (-1 missing)."""
+    if latency is None or not ref.edges:
+        return
+    cuts, labels = length_buckets(ref)
+    # Bin i of ref.edges lies at or above edges[i - 1]: its bucket is the number of cuts <= that edge.
+    lower = np.r_[-np.inf, np.asarray(ref.edges, dtype=float)]
+    bucket_of = np.searchsorted(np.asarray(cuts), lower, side="right")
+    bucket = np.where(idx >= 0, bucket_of[np.maximum(idx, 0)], -1)
+    for b, label in enumerate(labels):
+        rows = bucket == b
+        if rows.any():
+            sketch(accs, keys.latency_by(source, label), latency, rows)
+
+
+_HASH_BYTES = 16  # bytes of a text its hash reads (with its length)
+_HASH_CHUNK = 65536  # texts per gather: bounds the index matrix at 8 MiB
+_HASH_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+
+
+def text_hash(texts: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each text (object array of str) from its UTF-8 length and first 16 bytes: the
+    same in every process (Python's hash is not), vectorized (pandas' hash_array encodes one by one)."""
+    arr = pa.array(texts, type=pa.large_string())
+    if arr.offset or arr.null_count:
+        arr = pa.concat_arrays([arr.fill_null("")])
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(1, np.uint8)
+    if not len(data):
+        data = np.zeros(1, np.uint8)
+    size = np.diff(offsets)
+    cols = np.arange(_HASH_BYTES)
+    h = size.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+    with np.errstate(over="ignore"):
+        for a in range(0, len(arr), _HASH_CHUNK):
+            b = min(a + _HASH_CHUNK, len(arr))
+            idx = np.minimum(offsets[a:b, None] + cols, len(data) - 1)
+            block = data[idx]
+            block[cols >= size[a:b, None]] = 0  # bytes past a short text's end
+            words = block.view(np.uint64)
+            h[a:b] += (words * _HASH_MULT).sum(axis=1, dtype=np.uint64)
+        # splitmix64's finalizer: every input bit reaches the low bits that the sample reads
+        h ^= h >> np.uint64(30)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(27)
+        h *= np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+    return h
+
+
+def fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], accs: list[Totals]) -> None:
+    """Tokens and out-of-vocabulary tokens (`tokens:<f>`, `oov:<f>`) and the texts they came from
+    (`oov_texts:<f>`), over the distinct texts sampled by hash (1 in OOV_SAMPLE)."""
+    codes, uniques = factorized
+    distinct = np.asarray(uniques, dtype=object)
+    if not len(distinct):
+        return
+    if pd.api.types.infer_dtype(distinct, skipna=False) == "string":  # all str, checked in C
+        texts = np.arange(len(distinct))
+    else:
+        texts = np.fromiter((isinstance(x, str) for x in distinct.tolist()), dtype=bool, count=len(distinct)).nonzero()[0]
+    chosen = texts[text_hash(distinct[texts]) % OOV_SAMPLE == 0] if len(texts) else texts
+    if not len(chosen):
+        return
+    flat, parent = tokens(distinct[chosen])
+    known = pc.is_in(flat, value_set=pa.array(list(ref.vocabulary), type=flat.type)).to_numpy(zero_copy_only=False)
+    per_tokens = np.zeros(len(distinct) + 1)
+    per_oov = np.zeros(len(distinct) + 1)
+    per_text = np.zeros(len(distinct) + 1)
+    per_tokens[chosen] = np.bincount(parent, minlength=len(chosen))
+    per_oov[chosen] = np.bincount(parent, weights=~known, minlength=len(chosen))
+    per_text[chosen] = 1
+    add_up(accs, keys.tokens(name), per_tokens[codes])  # code -1 (missing) reads the last slot: 0
+    add_up(accs, keys.oov(name), per_oov[codes])
+    add_up(accs, keys.oov_texts(name), per_text[codes])
