@@ -28,12 +28,12 @@ from monitor.aggregate.keys import STAGE_PREFIX
 from monitor.aggregate.profile import (
     FieldProfile,
     Profile,
-    _bins,
-    _category_bins,
-    _factorize,
-    _is_float,
-    _numbers,
+    bin_codes,
+    category_codes,
+    factorize,
+    is_float,
     lengths,
+    numbers,
     resolve,
     tokens,
 )
@@ -554,7 +554,7 @@ def _dense(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _segment_codes(name: str, column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Codes of `name=<value>` labels (missing as `<missing>`), labels sorted as text."""
-    codes, uniques = _factorize(column) or pd.factorize(column, sort=False)
+    codes, uniques = factorize(column) or pd.factorize(column, sort=False)
     text = pd.Series(uniques, dtype=object).astype(str).to_numpy(dtype=object) if len(uniques) else np.array([], dtype=object)
     labels = np.array([f"{name}={v}" for v in text] + [f"{name}=<missing>"], dtype=object)
     # Two values may print alike (or one may be the text `<missing>`): they share a segment.
@@ -758,7 +758,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
     n = len(frame)
     for a in accs:
         a.counts["rows"] = np.bincount(a.g, minlength=a.groups).astype("int64", copy=False)
-    status_codes, statuses = _factorize(frame["status"]) or pd.factorize(frame["status"])
+    status_codes, statuses = factorize(frame["status"]) or pd.factorize(frame["status"])
     _count_codes(accs, [keys.status(s) for s in statuses], status_codes)
     del status_codes
     if timed:
@@ -778,14 +778,14 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         _fold_cache(frame, hits, misses, accs)
         if timed:
             _fold_cache_time(frame, hits & joined, misses & joined, accs)
-    latency = _Values(_numbers(frame[LATENCY])) if LATENCY in frame else None
+    latency = _Values(numbers(frame[LATENCY])) if LATENCY in frame else None
     _fold_service(frame, accs, latency, everyone)
 
     for name in [LATENCY] + [c for c in frame.columns if c.startswith(STAGE_PREFIX)]:
         if name in frame:
-            _sketch(accs, name, latency if name == LATENCY else _numbers(frame[name]))
+            _sketch(accs, name, latency if name == LATENCY else numbers(frame[name]))
     for name in schema.signals:
-        v = _numbers(frame[name]) if name in frame else np.full(n, np.nan)
+        v = numbers(frame[name]) if name in frame else np.full(n, np.nan)
         _count(accs, keys.missing(name), np.isnan(v))
         _sketch(accs, f"signal:{name}", v)
 
@@ -802,27 +802,27 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
                 _count(accs, keys.missing(name), values.isna().to_numpy(dtype=bool))
             continue
         if kind == "numeric":
-            v = _numbers(values)
+            v = numbers(values)
             if name in frame:
-                _count(accs, keys.missing(name), np.isnan(v) if _is_float(values) else values.isna().to_numpy(dtype=bool))
-            _hist(accs, name, _bins(ref.edges, v), ref.bins)
+                _count(accs, keys.missing(name), np.isnan(v) if is_float(values) else values.isna().to_numpy(dtype=bool))
+            _hist(accs, name, bin_codes(ref.edges, v), ref.bins)
             if ref.min is not None:
                 _count(accs, keys.below(name), v < ref.min)
                 _count(accs, keys.above(name), v > ref.max)
         elif kind == "text":
-            factorized = _factorize(values)
+            factorized = factorize(values)
             v, missing = lengths(values, factorized)
             if name in frame:
                 _count(accs, keys.missing(name), missing)
             del missing
-            idx = _bins(ref.edges, v)
+            idx = bin_codes(ref.edges, v)
             _hist(accs, keys.length(name), idx, ref.bins)
             _latency_by_length(latency, accs, keys.length(name), ref, idx)
             del idx
             if ref.vocabulary and factorized is not None:
                 _fold_oov(name, ref, factorized, accs)
         else:
-            idx = _category_bins(ref, values)
+            idx = category_codes(ref, values)
             if name in frame:
                 _count(accs, keys.missing(name), idx < 0)
             _hist(accs, name, idx, ref.bins)
@@ -845,17 +845,17 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
     if profile is not None:
         ref = profile.input_tokens
         if ref is not None and ref.edges and "input_tokens" in frame:
-            _latency_by_length(latency, accs, "input_tokens", ref, _bins(ref.edges, _numbers(frame["input_tokens"])))
+            _latency_by_length(latency, accs, "input_tokens", ref, bin_codes(ref.edges, numbers(frame["input_tokens"])))
         if profile.prediction is not None and "prediction" in frame:
             pred = profile.prediction
             if pred.kind == "categorical":
-                _hist(accs, "prediction", _category_bins(pred, frame["prediction"]), pred.bins)
+                _hist(accs, "prediction", category_codes(pred, frame["prediction"]), pred.bins)
             else:
                 _hist(accs, "prediction", pred.bin_index(frame["prediction"]), pred.bins)
         for cls, ref in profile.scores.items():
             column = schema.score_column(cls)
             if column in frame:
-                _hist(accs, keys.score(cls), _bins(ref.edges, _numbers(frame[column]))
+                _hist(accs, keys.score(cls), bin_codes(ref.edges, numbers(frame[column]))
                       if ref.kind == "numeric" else ref.bin_index(frame[column]), ref.bins)
 
 
@@ -922,7 +922,7 @@ def _fold_cache_time(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, 
         _count(accs, f"{CACHE_TIME}{outcome}:rows", rows)
     for name in [LATENCY] + [c for c in frame.columns if c.startswith(STAGE_PREFIX)]:
         if name in frame and outcomes:
-            us = np.rint(np.nan_to_num(_numbers(frame[name]), nan=0.0, posinf=0.0, neginf=0.0) * 1000)
+            us = np.rint(np.nan_to_num(numbers(frame[name]), nan=0.0, posinf=0.0, neginf=0.0) * 1000)
             for outcome, rows in outcomes:
                 _sum(accs, f"{CACHE_TIME}{outcome}:{name}", np.where(rows, us, 0.0))
 
@@ -956,13 +956,13 @@ def _fold_service(frame: pd.DataFrame, accs: list[_Acc], lat: _Values | None, ev
     trend), and traffic per routing value; latency per routing value into `everyone` only."""
     latency = lat.v if lat is not None else None
     if TTFT in frame:
-        _sketch(accs, TTFT, _numbers(frame[TTFT]))
+        _sketch(accs, TTFT, numbers(frame[TTFT]))
     for kind in ("input", "output"):
         if f"{kind}_tokens" in frame:
-            _sketch(accs, f"{TOKENS}{kind}", _numbers(frame[f"{kind}_tokens"]))
+            _sketch(accs, f"{TOKENS}{kind}", numbers(frame[f"{kind}_tokens"]))
     if latency is not None and "output_tokens" in frame:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # 0 ms: inf, which sketches skip
-            _sketch(accs, TOKENS_PER_S, _numbers(frame["output_tokens"]) / (latency / 1000.0))
+            _sketch(accs, TOKENS_PER_S, numbers(frame["output_tokens"]) / (latency / 1000.0))
     if frame["ts"].dtype.kind == "M":
         arrival = _epoch_seconds(frame["ts"])
         _sketch(accs, ARRIVAL, arrival)
