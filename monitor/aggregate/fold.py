@@ -15,12 +15,12 @@ from monitor.aggregate.fold_text import fold_oov, latency_by_length
 from monitor.aggregate.partial import ALL
 from monitor.aggregate.profile import (
     Profile,
-    _bins,
-    _category_bins,
-    _factorize,
-    _is_float,
-    _numbers,
+    bin_codes,
+    category_codes,
+    factorize,
+    is_float,
     lengths,
+    numbers,
     resolve,
 )
 from monitor.aggregate.sketch import Values
@@ -147,7 +147,7 @@ def _dense(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _segment_codes(name: str, column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Codes of `name=<value>` labels (missing as `<missing>`), labels sorted as text."""
-    codes, uniques = _factorize(column) or pd.factorize(column, sort=False)
+    codes, uniques = factorize(column) or pd.factorize(column, sort=False)
     text = pd.Series(uniques, dtype=object).astype(str).to_numpy(dtype=object) if len(uniques) else np.array([], dtype=object)
     labels = np.array([f"{name}={v}" for v in text] + [f"{name}=<missing>"], dtype=object)
     # Two values may print alike (or one may be the text `<missing>`): they share a segment.
@@ -163,7 +163,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
     n = len(frame)
     for a in accs:
         a.counts[keys.ROWS] = np.bincount(a.g, minlength=a.groups).astype("int64", copy=False)
-    status_codes, statuses = _factorize(frame["status"]) or pd.factorize(frame["status"])
+    status_codes, statuses = factorize(frame["status"]) or pd.factorize(frame["status"])
     count_codes(accs, [keys.status(s) for s in statuses], status_codes)
     del status_codes
     if timed:
@@ -183,14 +183,14 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         fold_cache(frame, hits, misses, accs)
         if timed:
             fold_cache_time(frame, hits & joined, misses & joined, accs)
-    latency = Values(_numbers(frame[keys.LATENCY])) if keys.LATENCY in frame else None
+    latency = Values(numbers(frame[keys.LATENCY])) if keys.LATENCY in frame else None
     fold_service(frame, accs, latency, everyone)
 
     for name in [keys.LATENCY] + [c for c in frame.columns if c.startswith(keys.STAGE_PREFIX)]:
         if name in frame:
-            sketch(accs, name, latency if name == keys.LATENCY else _numbers(frame[name]))
+            sketch(accs, name, latency if name == keys.LATENCY else numbers(frame[name]))
     for name in schema.signals:
-        v = _numbers(frame[name]) if name in frame else np.full(n, np.nan)
+        v = numbers(frame[name]) if name in frame else np.full(n, np.nan)
         count(accs, keys.missing(name), np.isnan(v))
         sketch(accs, keys.signal(name), v)
 
@@ -207,27 +207,27 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
                 count(accs, keys.missing(name), values.isna().to_numpy(dtype=bool))
             continue
         if kind == "numeric":
-            v = _numbers(values)
+            v = numbers(values)
             if name in frame:
-                count(accs, keys.missing(name), np.isnan(v) if _is_float(values) else values.isna().to_numpy(dtype=bool))
-            hist(accs, name, _bins(ref.edges, v), ref.bins)
+                count(accs, keys.missing(name), np.isnan(v) if is_float(values) else values.isna().to_numpy(dtype=bool))
+            hist(accs, name, bin_codes(ref.edges, v), ref.bins)
             if ref.min is not None:
                 count(accs, keys.below(name), v < ref.min)
                 count(accs, keys.above(name), v > ref.max)
         elif kind == "text":
-            factorized = _factorize(values)
+            factorized = factorize(values)
             v, missing = lengths(values, factorized)
             if name in frame:
                 count(accs, keys.missing(name), missing)
             del missing
-            idx = _bins(ref.edges, v)
+            idx = bin_codes(ref.edges, v)
             hist(accs, keys.length(name), idx, ref.bins)
             latency_by_length(latency, accs, keys.length(name), ref, idx)
             del idx
             if ref.vocabulary and factorized is not None:
                 fold_oov(name, ref, factorized, accs)
         else:
-            idx = _category_bins(ref, values)
+            idx = category_codes(ref, values)
             if name in frame:
                 count(accs, keys.missing(name), idx < 0)
             hist(accs, name, idx, ref.bins)
@@ -240,15 +240,15 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
     if profile is not None:
         ref = profile.input_tokens
         if ref is not None and ref.edges and "input_tokens" in frame:
-            latency_by_length(latency, accs, "input_tokens", ref, _bins(ref.edges, _numbers(frame["input_tokens"])))
+            latency_by_length(latency, accs, "input_tokens", ref, bin_codes(ref.edges, numbers(frame["input_tokens"])))
         if profile.prediction is not None and "prediction" in frame:
             pred = profile.prediction
             if pred.kind == "categorical":
-                hist(accs, keys.PREDICTION, _category_bins(pred, frame["prediction"]), pred.bins)
+                hist(accs, keys.PREDICTION, category_codes(pred, frame["prediction"]), pred.bins)
             else:
                 hist(accs, keys.PREDICTION, pred.bin_index(frame["prediction"]), pred.bins)
         for cls, ref in profile.scores.items():
             column = schema.score_column(cls)
             if column in frame:
-                hist(accs, keys.score(cls), _bins(ref.edges, _numbers(frame[column]))
+                hist(accs, keys.score(cls), bin_codes(ref.edges, numbers(frame[column]))
                       if ref.kind == "numeric" else ref.bin_index(frame[column]), ref.bins)

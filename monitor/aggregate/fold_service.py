@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 from monitor.aggregate import keys
-from monitor.aggregate.profile import _numbers
+from monitor.aggregate.profile import numbers
 from monitor.aggregate.sketch import Values
 from monitor.aggregate.totals import Totals, add_up, count, count_codes, sketch, top_values
 
@@ -76,7 +76,7 @@ def fold_cache_time(frame: pd.DataFrame, hits: np.ndarray, misses: np.ndarray, a
         count(accs, keys.cache_time(outcome, keys.ROWS), rows)
     for name in [keys.LATENCY] + [c for c in frame.columns if c.startswith(keys.STAGE_PREFIX)]:
         if name in frame and outcomes:
-            us = np.rint(np.nan_to_num(_numbers(frame[name]), nan=0.0, posinf=0.0, neginf=0.0) * 1000)
+            us = np.rint(np.nan_to_num(numbers(frame[name]), nan=0.0, posinf=0.0, neginf=0.0) * 1000)
             for outcome, rows in outcomes:
                 add_up(accs, keys.cache_time(outcome, name), np.where(rows, us, 0.0))
 
@@ -95,13 +95,13 @@ def fold_service(frame: pd.DataFrame, accs: list[Totals], lat: Values | None, ev
     trend), and traffic per routing value; latency per routing value into `everyone` only."""
     latency = lat.v if lat is not None else None
     if keys.TTFT in frame:
-        sketch(accs, keys.TTFT, _numbers(frame[keys.TTFT]))
+        sketch(accs, keys.TTFT, numbers(frame[keys.TTFT]))
     for kind in ("input", "output"):
         if f"{kind}_tokens" in frame:
-            sketch(accs, keys.token_counts(kind), _numbers(frame[f"{kind}_tokens"]))
+            sketch(accs, keys.token_counts(kind), numbers(frame[f"{kind}_tokens"]))
     if latency is not None and "output_tokens" in frame:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # 0 ms: inf, which sketches skip
-            sketch(accs, keys.TOKENS_PER_S, _numbers(frame["output_tokens"]) / (latency / 1000.0))
+            sketch(accs, keys.TOKENS_PER_S, numbers(frame["output_tokens"]) / (latency / 1000.0))
     if frame["ts"].dtype.kind == "M":
         arrival = epoch_seconds(frame["ts"])
         sketch(accs, keys.ARRIVAL, arrival)
