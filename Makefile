@@ -6,6 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench reliability clean
 
+# glibc malloc settings of the deploy files (deploy/Dockerfile, docs/operations.md): demo, test and bench
+# processes run as the daemon is deployed. glibc reads them when a process starts.
+export MALLOC_ARENA_MAX := 1
+export MALLOC_MMAP_THRESHOLD_ := 33554432
+export MALLOC_TRIM_THRESHOLD_ := 131072
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 

@@ -286,7 +286,7 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
     then goes on live. Returns the truth, the stored incidents and verdicts, the backlog's first tick (None
     live), and seconds."""
     from monitor.durations import parse_duration
-    from monitor.simulate import realdata
+    from monitor.simulate import realdata, realscore
     from storage.store import Store
 
     out = root / f"{case.name}-{mode}"
@@ -299,12 +299,12 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
     middle = start + (middle - start) // step * step
     runs = [(start, end, None)] if mode == "live" else [(start, middle, middle - start), (middle, end, None)]
     for command in (("db", "upgrade"), ("reference", "build")):
-        realdata.checked(out, *command)
+        realscore.checked(out, *command)
     for since, until, jump in runs:
         command = ("backfill", "--since", since.isoformat(), "--until", until.isoformat())
         if jump is not None:
             command += ("--step", f"{int(jump.total_seconds())}s")
-        realdata.checked(out, *command)
+        realscore.checked(out, *command)
     service = yaml.safe_load((out / "tailwatch.yaml").read_text())["services"][0]["name"]
     store = Store(f"sqlite:///{out / 'tailwatch.db'}")
     try:

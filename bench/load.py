@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from ingest import make_rows  # noqa: E402  (bench/ingest.py: the same realistic prediction rows)
+from malloc_env import environ  # noqa: E402  (the daemon's malloc settings as deployed)
 
 from monitor.simulate.write import STAGES  # noqa: E402
 
@@ -120,7 +121,7 @@ def main() -> int:
                                  "signals": ["batch_size", "queue_depth"]},
                       "join": {"lateness": "2m"}}]}))
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT), str(config)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, text=True, env=environ())
     results = []
     try:
         print(f"{args.ticks} ticks x {args.rows:,} predictions + {args.rows * len(STAGES):,} stage timings, "

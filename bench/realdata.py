@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from monitor.simulate import realdata
+from monitor.simulate import realdata, realscore
 
 
 def main() -> int:
@@ -41,10 +41,10 @@ def main() -> int:
             built = time.perf_counter() - started
             print(f"{case.name}: {truth['predictions']:,} predictions, {truth['labels']:,} labels, "
                   f"{truth['timings']:,} timings over {case.days:g} days; built in {built:.1f} s", flush=True)
-            seconds = realdata.run(out)
+            seconds = realscore.run(out)
             print(f"  seconds: {seconds}", flush=True)
-            scores.append(realdata.score(out))
-            print(realdata.table(scores[-1:]), flush=True)
+            scores.append(realscore.score(out))
+            print(realscore.table(scores[-1:]), flush=True)
     finally:
         if args.keep or args.out:
             print(f"work directory: {root}")

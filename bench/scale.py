@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from malloc_env import environ  # noqa: E402  (bench/malloc_env.py, beside this script)
+
 SIZES = (100_000, 1_000_000, 10_000_000)
 DEFAULT_PARTITION_ROWS = 250_000  # monitor.daemon.engines.local's default
 SCENARIO, SEED = "healthy", 11
@@ -124,7 +126,8 @@ def measure(engine: str, dataset: Path, config: Path, reference: Path, partition
 
     cmd = [sys.executable, __file__, "--child", engine, str(dataset), str(config), str(reference),
            str(partition_rows), str(workers)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The child runs with the deploy files' malloc settings (bench/malloc_env.py): its peak is the deployed one.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ())
     root = psutil.Process(proc.pid)
     peak = {"rss": 0}
     done = threading.Event()

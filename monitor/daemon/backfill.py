@@ -49,7 +49,11 @@ from monitor.config import Config, FileSource, Service
 from monitor.daemon import jobs
 from monitor.durations import duration_text
 from monitor.ingest.otlp import parse_otlp
-from monitor.ingest.sources import _BOM, LINE, DirectorySource, file_format, parse_csv, parse_jsonl
+from monitor.ingest.sources.batch import LINE, file_format
+from monitor.ingest.sources.chunks import BOM
+from monitor.ingest.sources.csvlines import parse_csv
+from monitor.ingest.sources.files import DirectorySource
+from monitor.ingest.sources.jsonl import parse_jsonl
 from monitor.ingest.validate import _from_epoch
 from storage.store import Store
 
@@ -324,9 +328,9 @@ def _event_rows(path: Path, fmt: str, kind: str, config: Config) -> tuple[pd.Dat
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error):
             data = b""
-    bom = data.startswith(_BOM)
+    bom = data.startswith(BOM)
     if bom:
-        data = data[len(_BOM):]  # as the reader drops it: the first line stays line 1
+        data = data[len(BOM):]  # as the reader drops it: the first line stays line 1
     if fmt == "jsonl":
         frame = parse_jsonl(data, 0, path.name, config.limits)[0]
     elif fmt == "csv" and b"\n" in data:
@@ -338,7 +342,7 @@ def _event_rows(path: Path, fmt: str, kind: str, config: Config) -> tuple[pd.Dat
         frame = pd.DataFrame({LINE: []})
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1 if cuttable else None
     if ends is not None and bom:
-        ends = ends + len(_BOM)
+        ends = ends + len(BOM)
     return _normalized(frame, field), ends
 
 

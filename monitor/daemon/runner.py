@@ -29,7 +29,10 @@ from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
 from monitor.ingest.frame import ARRIVED, Joined, combined_hashes, from_blobs, join, to_blob
 from monitor.ingest.labels import label_batch, orphan_reject, scored_rows
-from monitor.ingest.sources import FILE, LINE, Batch, DirectorySource, SqlTableSource, open_source
+from monitor.ingest.sources import open_source
+from monitor.ingest.sources.batch import FILE, LINE, Batch
+from monitor.ingest.sources.files import DirectorySource
+from monitor.ingest.sources.sql import SqlTableSource
 from monitor.ingest.validate import validate
 from monitor.memory import release_memory
 from monitor.verdicts.quality import score_service, windows_holding

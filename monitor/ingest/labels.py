@@ -18,7 +18,7 @@ from monitor.aggregate.profile import lengths
 from monitor.classes import class_names
 from monitor.config import Service, expression_columns
 from monitor.contract import Reason, Reject, excerpt
-from monitor.ingest.sources import LINE
+from monitor.ingest.sources.batch import LINE
 
 ALL_GROUP = "all"
 LENGTH_SUFFIX = "_length"

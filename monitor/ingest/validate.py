@@ -28,7 +28,7 @@ from monitor.contract import (
     excerpt,
 )
 from monitor.ingest.frame import is_text
-from monitor.ingest.sources import FILE, LINE, OVERSIZE
+from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE
 from monitor.schema import Schema
 
 # Fields whose values are durations: NaN, infinite or negative is `bad_duration`, not a missing value.

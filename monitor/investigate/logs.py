@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 
 from monitor.config import FileSource, Limits, Service
 from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
-from monitor.ingest.sources import FILE, LINE, open_source
+from monitor.ingest.sources import open_source
+from monitor.ingest.sources.batch import FILE, LINE
 from monitor.ingest.validate import validate
 from monitor.schema import Schema
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from monitor.simulate import realdata
+from monitor.simulate import realdata, realscore
 
 RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -100,12 +100,12 @@ def test_faults_and_ground_truth(tiny):
 def test_short_case(case, tmp_path):
     truth = realdata.build(case, tmp_path)
     assert datetime.fromisoformat(truth["end"]) > datetime.fromisoformat(truth["start"])
-    realdata.run(tmp_path)
-    result = realdata.score(tmp_path)
+    realscore.run(tmp_path)
+    result = realscore.score(tmp_path)
     assert [c.name for c in result.criteria] == [
         "slowdown stage named", "quality change found from labels", "no false alarm in the healthy range",
         "every finding with a value has n and an interval"]
-    assert result.passed, "\n" + realdata.table([result])
+    assert result.passed, "\n" + realscore.table([result])
     bench = _bench_incidents()
     incidents, verdicts = _stored(tmp_path)
     for name, t, s, window in bench.realdata_scores(case, truth, incidents, verdicts):

@@ -17,7 +17,7 @@ from monitor import config as config_mod
 from monitor.classes import class_name, class_names
 from monitor.config import ConfigError, Limits
 from monitor.contract import RecordKind
-from monitor.ingest.sources import LINE
+from monitor.ingest.sources.batch import LINE
 from monitor.ingest.validate import validate
 from monitor.schema import Schema
 

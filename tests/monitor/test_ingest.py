@@ -239,16 +239,16 @@ def test_timings_wait_for_late_predictions_within_lateness(store, tmp_path):
 
 
 def test_text_chunks_hold_at_most_chunk_rows_lines(tmp_path):
-    from monitor.ingest.sources import _complete_chunks
+    from monitor.ingest.sources.chunks import complete_chunks
 
     path = tmp_path / "narrow.jsonl"
     path.write_bytes(b"".join(b'{"i":%d}\n' % i for i in range(10)) + b'{"i":')
-    chunks = list(_complete_chunks(path, 0, 1 << 20, chunk_rows=4))
+    chunks = list(complete_chunks(path, 0, 1 << 20, chunk_rows=4))
     assert [buf.count(b"\n") for buf, _ in chunks] == [4, 4, 2]
     assert b"".join(buf for buf, _ in chunks) == path.read_bytes()[:path.read_bytes().rindex(b"\n") + 1]
     assert [end for _, end in chunks] == [sum(len(b) for b, _ in chunks[:k + 1]) for k in range(3)]
     # Resuming from an offset counts from there; the unfinished last line waits.
-    assert [buf.count(b"\n") for buf, _ in _complete_chunks(path, chunks[0][1], 1 << 20, chunk_rows=4)] == [4, 2]
+    assert [buf.count(b"\n") for buf, _ in complete_chunks(path, chunks[0][1], 1 << 20, chunk_rows=4)] == [4, 2]
 
 
 def test_first_sightings_of_each_version_field_are_recorded(store, tmp_path):
@@ -300,7 +300,7 @@ def test_lines_nested_too_deep_are_quarantined_however_they_are_found():
     # Lines of 1 KiB and more are scanned for their depth before pyarrow sees them (it crashes past 10,000
     # levels); a shorter one is found by the nesting of the parsed types, or among the lines pyarrow refuses.
     from monitor.config import Limits
-    from monitor.ingest.sources import MAX_JSON_DEPTH, parse_jsonl
+    from monitor.ingest.sources.jsonl import MAX_JSON_DEPTH, parse_jsonl
 
     def nested(levels: int, close: bool = True) -> bytes:
         inner = b"[" * (levels - 1) + b"1" + (b"]" * (levels - 1) if close else b"")
@@ -327,14 +327,14 @@ def test_odd_lines_keep_their_values_whichever_blocks_held_only_nulls(monkeypatc
     import warnings
 
     from monitor.config import Limits
-    from monitor.ingest import sources
+    from monitor.ingest.sources import jsonl
 
-    monkeypatch.setattr(sources, "_JSON_BLOCK_LINES", 1)  # a table per line, as a line of odd types makes
+    monkeypatch.setattr(jsonl, "_JSON_BLOCK_LINES", 1)  # a table per line, as a line of odd types makes
     odd = {4: valid_row(4) | {"ts": -1, "latency_ms": None}, 7: valid_row(7) | {"tenure": "x", "latency_ms": 12.5}}
     buf = b"".join(json.dumps(odd.get(k) or valid_row(k)).encode() + b"\n" for k in range(1, 11))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        frame, rejects, n = sources.parse_jsonl(buf, 0, "f.jsonl", Limits())
+        frame, rejects, n = jsonl.parse_jsonl(buf, 0, "f.jsonl", Limits())
     assert n == 10 and not rejects and frame["_line"].tolist() == list(range(1, 11))
     rows = frame.set_index("_line")
     assert rows.at[4, "ts"] == -1 and rows.at[7, "tenure"] == "x" and rows.at[7, "latency_ms"] == 12.5
@@ -365,7 +365,7 @@ def _chunked_jsonl(tmp_path) -> tuple[config_mod.Config, object, dict[int, Reaso
 
 def _lines_of(batch) -> list[int]:
     """The lines a batch holds rows of, in order (the few rows of odd types are kept apart, in `frame`)."""
-    from monitor.ingest.sources import LINE
+    from monitor.ingest.sources.batch import LINE
 
     table = batch.table[LINE].to_pylist() if batch.table is not None else []
     assert table == sorted(table)
@@ -373,14 +373,14 @@ def _lines_of(batch) -> list[int]:
 
 
 def test_jsonl_chunks_parsed_ahead_come_out_in_order_exactly_once(tmp_path, monkeypatch):
-    from monitor.ingest import sources
+    from monitor.ingest.sources import files, jsonl
 
     cfg, f, reasons, rows = _chunked_jsonl(tmp_path)
-    monkeypatch.setattr(sources, "_JSON_BLOCK_LINES", 3)  # several blocks per chunk too
+    monkeypatch.setattr(jsonl, "_JSON_BLOCK_LINES", 3)  # several blocks per chunk too
     started = []
-    real_start = sources._start_jsonl
-    monkeypatch.setattr(sources, "_start_jsonl", lambda *a, **k: started.append(1) or real_start(*a, **k))
-    source = sources.DirectorySource("p", cfg.services[0].sources.predictions, cfg.limits)
+    real_start = jsonl.start_jsonl
+    monkeypatch.setattr(files, "start_jsonl", lambda *a, **k: started.append(1) or real_start(*a, **k))
+    source = files.DirectorySource("p", cfg.services[0].sources.predictions, cfg.limits)
     batches, queued = [], []
     for batch in source.read({}):
         batches.append(batch)
@@ -388,7 +388,7 @@ def test_jsonl_chunks_parsed_ahead_come_out_in_order_exactly_once(tmp_path, monk
     n = len(batches)
     assert n > 20 and sum(1 for b in batches if b.rejects) >= 5
     # The next chunk was read and queued before each batch came out.
-    assert queued == [min(k + sources._CHUNKS_AHEAD - 1, n) for k in range(1, n + 1)]
+    assert queued == [min(k + files._CHUNKS_AHEAD - 1, n) for k in range(1, n + 1)]
     # In order: offsets grow batch by batch, each batch holds the lines of its own chunk, all of them once.
     assert [b.offset.offset for b in batches] == sorted({b.offset.offset for b in batches})
     assert batches[-1].offset.offset == f.stat().st_size and batches[-1].offset.line == 320
@@ -416,10 +416,10 @@ def _parse_threads() -> set:
 
 
 def test_jsonl_read_stopped_early_or_failing_leaves_no_parse_thread(tmp_path, monkeypatch):
-    from monitor.ingest import sources
+    from monitor.ingest.sources import files, jsonl
 
     cfg, _, _, _ = _chunked_jsonl(tmp_path)
-    source = sources.DirectorySource("p", cfg.services[0].sources.predictions, cfg.limits)
+    source = files.DirectorySource("p", cfg.services[0].sources.predictions, cfg.limits)
     before = _parse_threads()  # a reader another test left to the garbage collector is not this one's
     batches = source.read({})
     first = next(batches)
@@ -428,14 +428,14 @@ def test_jsonl_read_stopped_early_or_failing_leaves_no_parse_thread(tmp_path, mo
     assert not _parse_threads() - before
 
     # A parse that fails surfaces at its own batch, after the batches before it; later chunks are dropped.
-    real_block = sources._parse_json_block
+    real_block = jsonl._parse_json_block
 
     def failing(buf, view, starts, ends, idx, first_line, *rest):
         if first_line + idx[0] + 1 <= 150 <= first_line + idx[-1] + 1:
             raise RuntimeError("parser broke")
         return real_block(buf, view, starts, ends, idx, first_line, *rest)
 
-    monkeypatch.setattr(sources, "_parse_json_block", failing)
+    monkeypatch.setattr(jsonl, "_parse_json_block", failing)
     got = []
     with pytest.raises(RuntimeError, match="parser broke"):
         for batch in source.read({}):
@@ -459,7 +459,7 @@ def test_jsonl_read_stopped_early_or_failing_leaves_no_parse_thread(tmp_path, mo
                         closed.append(exc)
         return real_block(buf, view, starts, ends, idx, first_line, *rest)
 
-    monkeypatch.setattr(sources, "_parse_json_block", closing)
+    monkeypatch.setattr(jsonl, "_parse_json_block", closing)
     batches = source.read({})
     assert next(batches).offset.line > 0
     go.set()

@@ -18,7 +18,7 @@ from tests_support import valid_row
 from monitor import config as config_mod
 from monitor.aggregate.partial import ALL, Partial
 from monitor.daemon.runner import tick
-from monitor.ingest import sources as sources_mod
+from monitor.ingest.sources import chunks as chunks_mod
 from storage.store import Store
 
 pytestmark = pytest.mark.reliability
@@ -164,7 +164,7 @@ def test_source_file_replaced_under_the_reader(tmp_path, monkeypatch, record_pro
     store.upgrade()
     write_rows(tmp_path, "app.jsonl", 0, ROWS)
     live = tmp_path / "p" / "app.jsonl"
-    real = sources_mod._byte_chunks  # the reader's lowest level: the file is swapped between two of its reads
+    real = chunks_mod.byte_chunks  # the reader's lowest level: the file is swapped between two of its reads
     replaced = {"done": False}
 
     def replacing(path, offset, *args, **kwargs):
@@ -177,7 +177,7 @@ def test_source_file_replaced_under_the_reader(tmp_path, monkeypatch, record_pro
                 fresh.write_text("".join(json.dumps(valid_row(i)) + "\n" for i in range(50_000, 50_100)))
                 os.replace(fresh, live)
 
-    monkeypatch.setattr(sources_mod, "_byte_chunks", replacing)
+    monkeypatch.setattr(chunks_mod, "byte_chunks", replacing)
     cfg = make_config(tmp_path)
     reports = [tick(cfg, store, NOW + timedelta(minutes=k))[0] for k in range(3)]
     assert all(r.status == "ok" for r in reports), [r.error for r in reports]

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from monitor import config as config_mod
 from monitor.daemon.runner import tick
-from monitor.ingest import sources as sources_mod
+from monitor.ingest.sources import chunks as chunks_mod
+from monitor.ingest.sources import files as files_mod
 from storage.store import Store
 
 pytestmark = pytest.mark.reliability
@@ -199,7 +200,8 @@ def test_an_unreadable_file_is_reported_and_the_others_are_read(tmp_path, store,
             return guarded
 
         # Plain files are opened as bare descriptors (os.open), others as file objects (open).
-        monkeypatch.setattr(sources_mod, "open", guard(open), raising=False)
+        for module in (files_mod, chunks_mod):
+            monkeypatch.setattr(module, "open", guard(open), raising=False)
         monkeypatch.setattr(os, "open", guard(os.open))
     cfg = make_config(logs)
     [first] = run(cfg, store)

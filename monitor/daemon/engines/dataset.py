@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 from monitor.aggregate.keys import STAGE_PREFIX
 from monitor.config import Limits
 from monitor.contract import Reason, RecordKind
-from monitor.ingest.sources import LINE
+from monitor.ingest.sources.batch import LINE
 from monitor.ingest.validate import validate
 from monitor.schema import Schema
 

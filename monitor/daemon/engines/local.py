@@ -30,10 +30,8 @@ from monitor.config import Limits, Service
 from monitor.contract import RecordKind
 from monitor.daemon.engines.dataset import HOUR_FORMAT, PARTITION
 from monitor.ingest.frame import ARRIVED, STAGE_PREFIX, join
-from monitor.ingest.sources import LINE
-from monitor.ingest.sources import (
-    _flag_oversize as flag_oversize,  # the same oversize rule as the file sources
-)
+from monitor.ingest.sources.batch import LINE
+from monitor.ingest.sources.tables import flag_oversize  # the same oversize rule as the file sources
 from monitor.ingest.validate import field_kinds, validate
 from monitor.memory import release_memory
 from monitor.schema import Schema

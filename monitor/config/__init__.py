@@ -1,0 +1,50 @@
+"""Configuration: one YAML file, validated by pydantic; secrets only by environment variable or file.
+
+The models live in `fields` (building blocks), `service` (one watched service) and `model` (the whole
+config); `load` reads and validates a file. This module hands their public names on.
+"""
+
+from monitor.config.fields import ConfigError, Duration, Secret, check_cron, expression_columns
+from monitor.config.load import DEFAULT_PATH, ENV_CONFIG, example, load, parse
+from monitor.config.model import (
+    Alerts,
+    Config,
+    Daemon,
+    Engine,
+    Health,
+    InhibitRule,
+    Limits,
+    NoDataAlerts,
+    QuerySql,
+    Retention,
+    Slack,
+    SlackRoute,
+    Storage,
+    Tier,
+    VerdictAlerts,
+)
+from monitor.config.service import (
+    Buckets,
+    BurnRate,
+    Compare,
+    Constraint,
+    FileSource,
+    Join,
+    Quality,
+    QualityRule,
+    Reference,
+    Service,
+    SloRule,
+    Source,
+    Sources,
+    SqlSource,
+)
+from monitor.durations import parse_duration
+
+__all__ = [
+    "DEFAULT_PATH", "ENV_CONFIG", "Alerts", "BurnRate", "Buckets", "Compare", "Config", "ConfigError",
+    "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join", "Limits",
+    "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
+    "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "VerdictAlerts",
+    "check_cron", "example", "expression_columns", "load", "parse", "parse_duration",
+]

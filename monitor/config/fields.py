@@ -1,0 +1,136 @@
+"""The building blocks of the config: its error, durations, paths relative to the config file, secrets,
+and the checks of zones, cron expressions, database URLs and group expressions."""
+
+from __future__ import annotations
+
+import ast
+import os
+import stat
+from datetime import UTC, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
+from pydantic import BeforeValidator, ValidationInfo, model_validator
+from sqlalchemy.engine import make_url
+
+from monitor.durations import parse_duration
+from monitor.schema import StrictModel
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; the message names the field path and the bad value."""
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def base_dir(info: ValidationInfo) -> Path:
+    """The directory of the config file being validated (relative paths start there)."""
+    return Path((info.context or {}).get("base_dir", "."))
+
+
+def resolve_path(value: Any, info: ValidationInfo) -> Path:
+    """`value` as a path; a relative one is relative to the config file's directory."""
+    path = Path(value)
+    return path if path.is_absolute() else base_dir(info) / path
+
+
+def existing_dir(value: Any, info: ValidationInfo) -> Path:
+    if not resolve_path(value, info).is_dir():
+        raise ValueError(f"directory does not exist: {value}")
+    return resolve_path(value, info)
+
+
+def existing_file(value: Any, info: ValidationInfo) -> Path:
+    if not resolve_path(value, info).is_file():
+        raise ValueError(f"file does not exist: {value}")
+    return resolve_path(value, info)
+
+
+class Secret(StrictModel):
+    """Where a secret comes from: an environment variable's name or a file's path, never the value."""
+
+    env: str | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Secret:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env (a variable name) or file (a path)")
+        return self
+
+    def resolve(self) -> str:
+        """The secret's value; raises ConfigError naming the variable or file, never the value."""
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise ConfigError(f"environment variable {self.env} is not set")
+            return value
+        assert self.file is not None
+        try:
+            return self.file.read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot read secret file {self.file}: {exc.strerror}") from None
+
+    def warnings(self) -> list[str]:
+        """Complaints about how the secret is kept (a file readable by group or others)."""
+        if self.file is not None and self.file.exists():
+            mode = self.file.stat().st_mode
+            if mode & (stat.S_IRGRP | stat.S_IROTH):
+                return [f"secret file {self.file} is readable by group or others; chmod 600 it"]
+        return []
+
+
+def check_zone(value: str | None) -> str | None:
+    """An IANA zone name (`Europe/Paris`, `UTC`), checked against the zone database."""
+    if value is None:
+        return None
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (an IANA name such as 'Europe/Paris' or 'UTC')") from None
+    return value
+
+
+def check_cron(expr: str) -> None:
+    """Raise ValueError unless `expr` is a 5-field crontab expression APScheduler accepts."""
+    if len(expr.split()) != 5:
+        raise ValueError(f"not a 5-field cron expression (minute hour day month weekday): {expr!r}")
+    try:
+        CronTrigger.from_crontab(expr, timezone=UTC)
+    except ValueError as exc:
+        raise ValueError(f"not a valid cron expression {expr!r}: {exc}") from None
+
+
+def check_url(value: str) -> str:
+    """`value` when it is a database URL without an inline password; ValueError otherwise."""
+    try:
+        url = make_url(value)
+    except Exception:
+        raise ValueError(f"not a database URL: {value!r}") from None
+    if url.password:
+        raise ValueError(
+            f"inline password in {url.render_as_string(hide_password=True)}; use a `password:` with env or file"
+        )
+    return value
+
+
+def expression_columns(expression: str) -> set[str]:
+    """The column names a group expression (`tenure < 12 and Contract == 'One year'`) reads; ValueError
+    for anything beyond comparisons of columns with constants (no calls, attributes or `@` variables)."""
+    # Syntax allowed: comparisons of declared columns with constants, joined by and/or/not/&/|.
+    allowed = (ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load,
+               ast.And, ast.Or, ast.Not, ast.USub, ast.BinOp, ast.BitAnd, ast.BitOr, ast.List, ast.Tuple,
+               ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq, ast.In, ast.NotIn)
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not an expression: {expression!r}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed) or (isinstance(node, ast.BinOp)
+                                                 and not isinstance(node.op, ast.BitAnd | ast.BitOr)):
+            raise ValueError(f"group expression {expression!r} may only compare columns with constants "
+                             f"(found {type(node).__name__})")
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}

@@ -1,0 +1,63 @@
+"""Reading the config: one YAML file, validated by pydantic, with errors that name the field path and the
+bad value. All durations accept `30s`, `5m`, `1h`, `1d` or a number of seconds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from monitor.config.fields import ConfigError
+from monitor.config.model import Config
+
+DEFAULT_PATH = "tailwatch.yaml"
+ENV_CONFIG = "TAILWATCH_CONFIG"
+_UNION_TAGS = ("files", "sql")
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        path = ""
+        for part in err["loc"]:
+            if part in _UNION_TAGS:
+                continue  # pydantic puts the discriminated union's tag in the path; users never wrote it
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        msg = err["msg"].removeprefix("Value error, ")
+        # Custom messages already name the bad value; built-in ones get it appended.
+        if err["type"] not in ("value_error", "missing"):
+            msg += f" (got {err.get('input')!r:.80})"
+        lines.append(f"{path or 'config'}: {msg}")
+    return "\n".join(lines)
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    """Read and validate the config at `path` (default $TAILWATCH_CONFIG, then ./tailwatch.yaml)."""
+    path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_PATH)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path} (create one with `tailwatch init`)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse(raw, base_dir=path.parent)
+
+
+def parse(raw: Any, base_dir: Path = Path(".")) -> Config:
+    """Validate an already-loaded mapping; relative paths resolve against `base_dir`."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config must be a mapping, got {type(raw).__name__}")
+    try:
+        return Config.model_validate(raw, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc)) from None
+
+
+def example() -> str:
+    """The commented example config that `tailwatch init` writes."""
+    return (Path(__file__).parents[1] / "templates" / "tailwatch.example.yaml").read_text(encoding="utf-8")

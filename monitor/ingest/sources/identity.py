@@ -1,0 +1,212 @@
+"""Which stored read state a file continues: its identity (device and inode) and a fingerprint of its
+first bytes (of its first row for Parquet), so a rename, a link, a compressed rotation or a copy is never
+read twice."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.store import OffsetState
+
+FINGERPRINT_BYTES = 256  # a fingerprint covers at least this many first bytes (see fingerprint_of)
+MAX_FP = 64 << 10  # ...and at most this many; a file no longer than this is read whole in one call
+
+
+@dataclass(slots=True)
+class Plan:
+    """One file of a listing: where it is, what it is, and the state its read starts from."""
+
+    where: str  # its path as listed (a Path is made only for the files read on their own)
+    name: str
+    # From its one fstat: bytes and modification time (ns), and its identity `<device>:<inode>`. The stat
+    # result itself is not kept: one object fewer per file for the garbage collector to scan, many times.
+    size: int
+    mtime_ns: int
+    key: str
+    fmt: str
+    head: bytes  # the first bytes (decompressed for .gz; the whole file when `whole`)
+    whole: bool  # `head` holds the entire (decompressed) file
+    fingerprint: str | None
+    claims: str | None = None  # the stored state it continues (its own key, or the file it is a copy of)
+    state: OffsetState | None = None
+    events: tuple[str, ...] = ()  # (a tuple: most files have none, and an empty tuple is no object of its own)
+    parquet: pq.ParquetFile | None = None
+    error: str | None = None  # why a Parquet file could not be opened
+
+    @property
+    def path(self) -> Path:
+        return Path(self.where)
+
+    @property
+    def gz(self) -> bool:
+        return self.name.endswith(".gz")
+
+
+def parse_group(plan: Plan) -> tuple[str, bytes | None]:
+    """Small files parsed together share a format and, for CSV, a header."""
+    return plan.fmt, csv_header(plan.head) if plan.fmt == "csv" else None
+
+
+def csv_header(head: bytes) -> bytes | None:
+    end = head.find(b"\n")
+    return head[:end + 1] if end >= 0 else None
+
+
+def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
+    """Give each file the state its read starts from; returns the files to read this time, in order.
+
+    A file continues its own stored state while its first bytes are unchanged (grown, renamed). A file
+    that is new (or whose inode now holds other bytes) continues the stored state whose fingerprint its
+    first bytes match: a compressed rotation or a copytruncate copy of a file read before resumes at the
+    offset reached. Each stored state is continued by one file per read; a second copy waits.
+    """
+    taken: set[str] = set()
+    fresh: list[Plan] = []
+    for plan in plans:
+        mine = offsets.get(plan.key)
+        if mine is not None and _continues(plan, mine):
+            plan.claims = plan.key
+            taken.add(plan.key)
+        else:
+            if mine is not None:
+                plan.events += ("truncated" if _shrunk(plan, mine) else "replaced",)
+            fresh.append(plan)
+    # Every stored state, those continued by their own file too: a copy of a file read this time waits.
+    lengths: dict[int, dict[str, OffsetState]] = {}
+    for state in offsets.values():
+        if state.fingerprint and not state.fingerprint.startswith(_ROWS):
+            lengths.setdefault(_fp_len(state.fingerprint), {})[state.fingerprint] = state
+    rows_fp = {s.fingerprint: s for s in offsets.values() if s.fingerprint and s.fingerprint.startswith(_ROWS)}
+    longest_first = sorted(lengths.items(), reverse=True)
+    out = []
+    for plan in plans:
+        if plan.claims is None:
+            match = _match(plan, longest_first, rows_fp)
+            if match is not None and match.file_key in taken:
+                continue  # the file it copies is read this time (as itself or as another copy)
+            if match is not None:
+                plan.claims = match.file_key
+                taken.add(match.file_key)
+                plan.events += (f"continues {os.path.basename(match.path)}",)
+                plan.state = replace(match, file_key=plan.key, path=plan.where)
+            elif plan.gz and not plan.whole and len(plan.head) < MAX_FP:
+                continue  # a compressed copy still being written: its start may yet match a file read before
+            else:
+                plan.state = _fresh(plan)
+        else:
+            own = offsets[plan.key]
+            plan.state = OffsetState(own.file_key, plan.where, own.offset, own.line, own.cursor, own.fingerprint,
+                                     own.size)
+        if plan.fingerprint is not None and plan.fingerprint != plan.state.fingerprint:
+            plan.state = replace(plan.state, fingerprint=plan.fingerprint)
+        out.append(plan)
+    return out
+
+
+_ROWS = "rows"  # prefix of a Parquet fingerprint: a hash of its first row, not of its bytes
+
+
+def _fresh(plan: Plan) -> OffsetState:
+    return OffsetState(plan.key, plan.where, 0, 0, None, plan.fingerprint, plan.size)
+
+
+def _shrunk(plan: Plan, state: OffsetState) -> bool:
+    """Shorter than the offset read: truncated (a Parquet file only while it has no footer: emptied)."""
+    if plan.gz or plan.fmt == "parquet" and plan.parquet is not None:
+        return False
+    return plan.size < state.offset
+
+
+def _continues(plan: Plan, state: OffsetState) -> bool:
+    """Whether the file at a stored state's inode is still the file read (grown, or renamed), not a new one."""
+    if _shrunk(plan, state):
+        return False
+    if plan.fmt == "parquet":
+        plan.fingerprint = _parquet_fingerprint(plan.parquet) if plan.parquet is not None else None
+        if plan.fingerprint is None or not state.fingerprint or not state.fingerprint.startswith(_ROWS):
+            return plan.fingerprint is None or state.fingerprint is None or plan.size >= (state.size or 0)
+        return plan.fingerprint == state.fingerprint and plan.parquet.metadata.num_rows >= state.line
+    if not state.fingerprint or state.fingerprint.startswith(_ROWS) or plan.fingerprint == state.fingerprint:
+        return True  # (the same fingerprint: the same first bytes, hashed when the file was opened)
+    n = _fp_len(state.fingerprint)
+    return len(plan.head) >= n and _hash(plan.head[:n]) == state.fingerprint
+
+
+def _match(plan: Plan, longest_first: list[tuple[int, dict[str, OffsetState]]],
+           rows_fp: dict[str, OffsetState]) -> OffsetState | None:
+    """The stored state (of another file) whose fingerprint this file's first bytes match, longest first
+    (`longest_first`: the stored fingerprints by length, longest first)."""
+    if plan.fmt == "parquet":
+        if plan.parquet is None:
+            return None
+        plan.fingerprint = _parquet_fingerprint(plan.parquet)
+        state = rows_fp.get(plan.fingerprint)
+        return state if state is not None and plan.parquet.metadata.num_rows >= state.line else None
+    for n, states in longest_first:
+        if n > len(plan.head) or n == 0:
+            continue
+        state = states.get(_hash(plan.head[:n]))
+        # A plain copy holds at least the bytes read from the file it copies; a .gz's size says nothing.
+        if state is not None and (plan.gz or plan.size >= state.offset):
+            return state
+    return None
+
+
+def _fp_len(fingerprint: str) -> int:
+    return int(fingerprint.split(":", 1)[0])
+
+
+def _hash(head: bytes) -> str:
+    return f"{len(head)}:{hashlib.sha1(head).hexdigest()}"
+
+
+def fingerprint_of(head: bytes) -> str:
+    """`<n>:<sha1 of the first n bytes>`: the first two lines (a CSV header and its first row), at least
+    FINGERPRINT_BYTES and at most MAX_FP; tells a replaced or copied file from a grown one."""
+    first = head.find(b"\n")
+    second = head.find(b"\n", first + 1) if first >= 0 else -1
+    end = second + 1 if second >= 0 else len(head)
+    return _hash(head[:min(max(FINGERPRINT_BYTES, end), len(head), MAX_FP)])
+
+
+def _parquet_fingerprint(pf: pq.ParquetFile) -> str | None:
+    """`rows1:<sha1 of the first row>`: a Parquet file rewritten with more rows keeps its first row, while
+    its first bytes (page headers, dictionaries) change. None for a file without rows."""
+    if pf.metadata.num_rows == 0:
+        return None
+    first = next(pf.iter_batches(batch_size=1))
+    row = pa.Table.from_batches([first.slice(0, 1)])
+    return f"{_ROWS}1:{hashlib.sha1(json.dumps(row.to_pylist(), default=str, sort_keys=True).encode()).hexdigest()}"
+
+
+def gzip_head(fh) -> tuple[bytes, bool]:
+    """The first MAX_FP decompressed bytes of a .gz file, and whether that is all of it (every member read to
+    its end)."""
+    parts: list[bytes] = []
+    got, partial = 0, False
+    decomp = zlib.decompressobj(wbits=47)
+    data = b""
+    while got <= MAX_FP:
+        if not data:
+            data = fh.read(1 << 16)
+            if not data:
+                break
+        piece = decomp.decompress(data, MAX_FP + 1 - got)
+        parts.append(piece)
+        got += len(piece)
+        partial = True
+        if decomp.eof:  # concatenated gzip members
+            data, partial = decomp.unused_data, False
+            decomp = zlib.decompressobj(wbits=47)
+        else:
+            data = decomp.unconsumed_tail
+    head = b"".join(parts)
+    return head[:MAX_FP], got <= MAX_FP and not partial
