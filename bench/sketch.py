@@ -1,6 +1,6 @@
 """Quantile sketches: tailwatch's Sketch against ddsketch's DDSketch on the same latency values, in one run.
 
-    .venv/bin/python bench/sketch.py                 # 1M rows, 5 rounds (about a minute)
+    .venv/bin/python bench/sketch.py                 # 1M rows, 5 rounds (about 30 s)
     .venv/bin/python bench/sketch.py --rows 200000   # quick run
 
 The data has the shape of a tick's latencies: a lognormal mixture (most requests fast, a slower mode, a
