@@ -2,6 +2,11 @@
 of many groups of rows built at once with numpy.
 
 Sketch keys follow ddsketch's LogarithmicMapping, so its quantiles equal ddsketch's for the same values.
+
+Why not ddsketch's DDSketch itself: it adds one value per Python call. On 1M rows in 333 five-minute
+buckets with five latency columns, 5M values (bench/sketch.py, median of 5 rounds), these tables build every
+bucket's Sketch in 0.12 s (42M values/s); a DDSketch per bucket and column takes 4.7 s (1.1M values/s),
+40x the time, far past the 10% a fold may give up. Both give the same p50 / p95 / p99 (median error 0.5%, worst 1.0%).
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ import pytest
 from monitor.aggregate.profile import (
     MAX_CATEGORIES,
     N_BINS,
+    TOKEN_CHARS,
     Profile,
     build_profile,
     profile_for,
     read_reference,
+    tokens,
 )
 from monitor.schema import Schema
 
@@ -99,3 +101,34 @@ def test_reference_files_and_cache(tmp_path, suffix):
     first = profile_for(path, SCHEMA)
     assert first is profile_for(path, SCHEMA)  # cached while the file is unchanged
     assert first.fields["x"].missing == 50 and first.rows == 200
+
+
+def _ascii_texts() -> list[str]:
+    """ASCII texts that tell the two tokenizer paths apart if they differ: every whitespace byte, other
+    control bytes, punctuation at word ends, and texts cut at TOKEN_CHARS in a word, on whitespace and
+    right after it."""
+    fixed = ["", " ", "\t", "plain words", "tab\tsep", "new\nline\r\nand\x0bvt\x0cff", "sep\x1cfs\x1dgs\x1ers\x1fus",
+             "ctl\x01in\x07word \x7fdel \x00nul", "  lead and trail  \n\t", "(quoted), 'words'! ok?", "--- ... !!!",
+             "Mixed CASE Words"]
+    cut = TOKEN_CHARS
+    fixed += ["a" * (cut + 10), "w " * (cut // 2) + "tail", "x" * (cut - 1) + " cut", "x" * (cut - 1) + "\tcut",
+              "x" * cut + " next", "x" * (cut - 2) + " ab" + "c" * 20, "y" * (cut - 1) + "\x1fz"]
+    rng = np.random.default_rng(7)
+    alphabet = np.array(list("abcXYZ019 .,;!?'\"()-") + [chr(c) for c in [*range(0x00, 0x20), 0x7F]])
+    for _ in range(300):
+        fixed.append("".join(rng.choice(alphabet, int(rng.integers(0, 2 * cut)))))
+    return fixed
+
+
+def test_ascii_fast_path_tokenizes_as_the_unicode_path():
+    texts = _ascii_texts()
+    assert all(t.isascii() for t in texts)
+    fast_flat, fast_parent = tokens(np.array(texts, dtype=object))
+    # One non-ASCII text sends the whole batch down the Unicode kernels; its own tokens are left out.
+    slow_flat, slow_parent = tokens(np.array([*texts, "caf\u00e9"], dtype=object))
+    ours = slow_parent < len(texts)
+    fast = list(zip(fast_parent.tolist(), fast_flat.to_pylist(), strict=True))
+    slow = list(zip(slow_parent[ours].tolist(), np.array(slow_flat.to_pylist(), dtype=object)[ours].tolist(),
+                    strict=True))
+    assert fast == slow
+    assert len(fast) > 1000
