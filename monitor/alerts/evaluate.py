@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import select
 
 from monitor.alerts.alert import ACTIVE_STATES, Alert, AlertsReport, Sample, fingerprint
-from monitor.alerts.group import OpenIncident, dispatch, group_labels, notify_group, span_incident
+from monitor.alerts.group import Action, OpenIncident, dispatch, group_labels, notify_group, span_incident
 from monitor.alerts.lifecycle import transition
 from monitor.alerts.samples import eval_windows, service_samples
 from monitor.alerts.silence import muted_by
@@ -139,7 +139,7 @@ def _apply(session, store: Store, samples: list[Sample], services: set[str], set
         report.decisions.append({"group": _describe(labels), "action": decision.action, "reason": decision.reason})
         if incident is not None:
             span_incident(incident, members)  # a backfill may have moved the onset while nothing is sent
-        if decision.action == "none":
+        if decision.action == Action.NONE:
             continue
         report.enqueued += notify_group(session, store, decision, group_fp, labels, members, muted, incident, settings, now)
     report.firing = sum(a.state == "firing" for a in alerts.values())

@@ -3,6 +3,7 @@ incident and outbox items written for it."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +32,21 @@ class OpenIncident:
     last_notified_at: datetime | None
 
 
+class Action(enum.StrEnum):
+    """What a group's dispatch decides to send now; the value is what reports and messages say."""
+
+    NONE = "none"
+    POST = "post"
+    UPDATE = "update"
+    REPEAT = "repeat"
+    RESOLVE = "resolve"
+
+
 @dataclass(frozen=True)
 class Decision:
-    """What to send for one group now: none | post | update | repeat | resolve, and why."""
+    """What to send for one group now (an Action), and why."""
 
-    action: str
+    action: Action
     reason: str
     content: str = ""  # hash of what the notification says (firing alerts and their digests)
     due: datetime | None = None  # when the notification may be sent (None: now)
@@ -58,36 +69,36 @@ def dispatch(alerts: Sequence[Alert], muted: Mapping[str, str | None], incident:
     if incident is None:
         if not loud:
             # Nothing firing unmuted: nothing to say (pending alerts wait for `for`, muted ones stay quiet).
-            return Decision("none", "no unmuted firing alert" if not firing else "all firing alerts muted: "
+            return Decision(Action.NONE, "no unmuted firing alert" if not firing else "all firing alerts muted: "
                             + "; ".join(sorted({str(muted[a.fingerprint]) for a in firing})))
         first = min(a.fired_at or now for a in loud)
         # A new group: open the incident with one message, held until group_wait after the first alert
         # fired (alerts evaluated in the same tick already share it).
-        return Decision("post", f"{len(loud)} alert(s) firing; due after group_wait", content,
+        return Decision(Action.POST, f"{len(loud)} alert(s) firing; due after group_wait", content,
                         max(now, first + settings.group_wait))
     if not firing and not any(a.state == "pending" for a in alerts):
         # Every alert of the incident cleared (keep_firing_for passed): say it is resolved, once.
-        return Decision("resolve", "every alert resolved", content)
+        return Decision(Action.RESOLVE, "every alert resolved", content)
     if not firing:
         # Cleared, but an alert is pending again: wait for it to fire or clear before saying anything.
-        return Decision("none", "no alert firing, one pending again", content)
+        return Decision(Action.NONE, "no alert firing, one pending again", content)
     if not loud:
         # Still firing but all muted: a silence or inhibition means "stop talking", not "resolved".
-        return Decision("none", "firing alerts muted: " + "; ".join(sorted({str(muted[a.fingerprint])
-                                                                             for a in firing})), content)
+        return Decision(Action.NONE, "firing alerts muted: " + "; ".join(sorted({str(muted[a.fingerprint])
+                                                                                  for a in firing})), content)
     since = now - (incident.last_notified_at or now)
     if content != incident.notified_hash:
         if since >= settings.group_interval:
             # The story changed (an alert joined or left, the verdict or cause moved): update in place.
-            return Decision("update", "the firing alerts or their verdict changed", content)
+            return Decision(Action.UPDATE, "the firing alerts or their verdict changed", content)
         # group_interval: batch changes instead of editing the message on every evaluation.
-        return Decision("none", f"changed, but group_interval not over ({since} of {settings.group_interval})",
+        return Decision(Action.NONE, f"changed, but group_interval not over ({since} of {settings.group_interval})",
                         content)
     if since >= settings.repeat_interval:
         # repeat_interval: still firing, unchanged: remind in the thread.
-        return Decision("repeat", f"unchanged for {since}: repeat", content)
+        return Decision(Action.REPEAT, f"unchanged for {since}: repeat", content)
     # Unchanged and notified recently: already said.
-    return Decision("none", "already notified; nothing changed", content)
+    return Decision(Action.NONE, "already notified; nothing changed", content)
 
 
 def _headline(members: Sequence[Alert]) -> Alert:
@@ -98,8 +109,8 @@ def _headline(members: Sequence[Alert]) -> Alert:
 
 
 def notify_group(session, store: Store, decision: Decision, group_fp: str, labels: dict[str, str],
-            members: list[Alert], muted: dict[str, str | None], incident: Incident | None, settings: Alerts,
-            now: datetime) -> int:
+                 members: list[Alert], muted: dict[str, str | None], incident: Incident | None, settings: Alerts,
+                 now: datetime) -> int:
     """Open / update / resolve the group's incident and write its outbox items; returns how many."""
     head = _headline(members) if members else None
     verdict = (head.annotations.get("verdict") or head.labels.get("alertname")) if head else "resolved"
@@ -110,10 +121,10 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
                             fingerprint=group_fp, group_labels=labels, revision=0, updated_at=now)
         session.add(incident)
     incident.revision += 1
-    if decision.action != "resolve":
+    if decision.action != Action.RESOLVE:
         incident.verdict = verdict
     span_incident(incident, members)
-    if decision.action == "resolve":
+    if decision.action == Action.RESOLVE:
         incident.status, incident.resolved_at = "resolved", now
     incident.notified_hash, incident.last_notified_at, incident.updated_at = decision.content, now, now
     loud = [a for a in members if a.state == "firing" and not muted.get(a.fingerprint)]
@@ -128,7 +139,7 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
                            "fired_at": a.fired_at.isoformat() if a.fired_at else None,
                            "annotations": {k: v for k, v in a.annotations.items() if k != "digest"}}
                           for a in sorted(members, key=lambda a: a.fingerprint)]}
-    if decision.action == "resolve":
+    if decision.action == Action.RESOLVE:
         # Why it resolved, from the alert the message leads with: fixed, rolled back, or no traffic.
         summary["resolution"] = (head.annotations.get("resolution") if head else None) or "every alert resolved"
     incident.summary = summary
@@ -144,7 +155,8 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
         # No notifier configured: the incident is tracked (`tailwatch alerts` shows it), but nothing is
         # queued that no sender would ever drain.
         return 0
-    kinds = {"post": ["post"], "update": ["update"], "repeat": ["reply"], "resolve": ["update", "reply"]}
+    kinds = {Action.POST: ["post"], Action.UPDATE: ["update"], Action.REPEAT: ["reply"],
+             Action.RESOLVE: ["update", "reply"]}
     written = 0
     for kind in kinds[decision.action]:
         payload = render(incident_view(incident), kind, decision.action, settings.slack)

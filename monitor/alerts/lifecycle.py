@@ -289,7 +289,7 @@ _Episodes = dict[tuple[str, timedelta], dict[datetime, tuple[Window, set[tuple]]
 
 
 def load_episodes(store: Store, service: str, wanted: Sequence[tuple[str, datetime, datetime]],
-                     resolve_after: int) -> _Episodes:
+                  resolve_after: int) -> _Episodes:
     """Per (model version, window length) of the windows `wanted`, the stored verdicts held_signals walks
     back over from them, by window start, with their episode signals: the windows of that length from as
     far back as the walk goes before the first wanted one."""
@@ -338,8 +338,8 @@ def load_history(store: Store, service: str, versions: Sequence[str], until: dat
 
 
 def load_onsets(store: Store, service: str, current: Mapping[str, Verdict | None], history: Mapping[str, list[Window]],
-            active: Mapping[tuple[str, str], AlertState], settings: VerdictAlerts
-            ) -> dict[str, tuple[datetime, list[list[dict[str, Any]]]]]:
+                active: Mapping[tuple[str, str], AlertState], settings: VerdictAlerts
+                ) -> dict[str, tuple[datetime, list[list[dict[str, Any]]]]]:
     """Per version whose verdict breaches, its episode's onset (onset_of, each clear window in a gap
     checked against the earlier breaching window's stored evidence, as live evaluation would have held it)
     and the stored evidence of that first window (shortest length first): its pre-incident baselines."""

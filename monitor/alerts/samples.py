@@ -191,7 +191,7 @@ def fitted_verdict(by_window: Sequence[Sequence[Mapping[str, Any]]], windows: Se
 
 
 def service_samples(service: Service, store: Store, now: datetime, settings: Alerts,
-                     report: AlertsReport) -> list[Sample]:
+                    report: AlertsReport) -> list[Sample]:
     name = service.name
     lengths = eval_windows(service, now)
     start, end = lengths[0]
