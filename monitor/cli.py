@@ -442,7 +442,8 @@ def alerts_list(
     their notifications went out."""
     from sqlalchemy import select
 
-    from monitor.alerts.evaluate import Alert, muted_by
+    from monitor.alerts.alert import Alert
+    from monitor.alerts.silence import muted_by
     from monitor.notify import undeliverable
     from storage.models import AlertState, Outbox
 
@@ -522,7 +523,7 @@ def silence_create(
     """Mute notifications of every alert matching all the matchers, for `duration`."""
     import getpass
 
-    from monitor.alerts.evaluate import parse_matcher
+    from monitor.alerts.silence import parse_matcher
 
     try:
         matchers = [parse_matcher(m) for m in matcher]

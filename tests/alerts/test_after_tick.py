@@ -217,7 +217,7 @@ def test_a_file_unreadable_tick_after_tick_is_an_error_alert(open_store, tmp_pat
 
 
 def test_silence_mutes_then_expiry_notifies(open_store, tmp_path):
-    from monitor.alerts.evaluate import parse_matcher
+    from monitor.alerts.silence import parse_matcher
 
     config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", alerts={"verdict": {"for": "0s"}})
     for k in range(4):

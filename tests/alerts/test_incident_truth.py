@@ -15,7 +15,9 @@ from sqlalchemy import select
 
 from monitor.aggregate.partial import Partial, merge_bytes
 from monitor.aggregate.sketch import Sketch
-from monitor.alerts.evaluate import Window, after_tick, effect_severity, lifecycle, onset_of, superseded
+from monitor.alerts.evaluate import after_tick
+from monitor.alerts.lifecycle import Window, lifecycle, onset_of, superseded
+from monitor.alerts.samples import effect_severity
 from monitor.config import VerdictAlerts, parse
 from monitor.verdicts.verdict import HARMFUL, Evidence, decide
 from storage.models import AlertState, Outbox

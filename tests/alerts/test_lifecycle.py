@@ -6,16 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from monitor.alerts.evaluate import (
-    Alert,
-    OpenIncident,
-    Sample,
-    content_hash,
-    dispatch,
-    muted_by,
-    parse_matcher,
-    transition,
-)
+from monitor.alerts.alert import Alert, Sample
+from monitor.alerts.group import OpenIncident, content_hash, dispatch
+from monitor.alerts.lifecycle import transition
+from monitor.alerts.silence import muted_by, parse_matcher
 from monitor.config import Alerts
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
