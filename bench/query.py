@@ -119,6 +119,7 @@ def main() -> None:
                     help="The --url database is already filled by an earlier run: only time the queries.")
     args = ap.parse_args()
 
+    from monitor.investigate import history, sql
     from monitor.investigate import query as q
     from monitor.investigate.compare import compare
     from storage.store import Store
@@ -142,14 +143,14 @@ def main() -> None:
             f"findings: Contract drift, {args.days} days, by version": lambda: q.group_findings(
                 q.findings(target, "churn", since=span, until=end, check="drift", labels={"field": "Contract"},
                            segment="all"), ["model_version"]),
-            "metrics: last 24 h per hour": lambda: q.metrics(target, "churn", since=day, until=end,
+            "metrics: last 24 h per hour": lambda: history.metrics(target, "churn", since=day, until=end,
                                                              every=timedelta(hours=1)),
-            "metrics: 7 days per 6 h": lambda: q.metrics(target, "churn", since=week, until=end,
+            "metrics: 7 days per 6 h": lambda: history.metrics(target, "churn", since=week, until=end,
                                                          every=timedelta(hours=6)),
-            f"metrics: {args.days} days, one row per version": lambda: q.metrics(target, "churn", since=span,
+            f"metrics: {args.days} days, one row per version": lambda: history.metrics(target, "churn", since=span,
                                                                                 until=end),
             "compare v1 vs v2, 7 days": lambda: compare(target, service, "v1", "v2", week, end),
-            "sql: count breaches per check": lambda: q.sql(
+            "sql: count breaches per check": lambda: sql.sql(
                 target, "SELECT \"check\", count(*) AS n FROM findings WHERE status = 'breach' GROUP BY 1"),
         }
         results = {}

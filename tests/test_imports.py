@@ -86,7 +86,12 @@ def back_imports(graph: dict[str, set[str]]) -> list[str]:
 def test_imports_run_down_the_layers():
     graph = import_graph()
     assert back_imports(graph) == []
-    assert not [a for a, deps in graph.items() if "monitor.cli" in deps], "nothing imports the command line"
+    def cli(name: str) -> bool:
+        return name == "monitor.cli" or name.startswith("monitor.cli.")
+
+    # Inside the cli package its modules import each other; from outside nothing imports any of them.
+    assert not [a for a, deps in graph.items() if not cli(a) and any(map(cli, deps))], \
+        "nothing imports the command line"
 
 
 def test_a_back_import_is_caught():

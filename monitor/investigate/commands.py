@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from monitor.config import ConfigError
+from monitor.investigate import history, sql
 from monitor.investigate import query as q
 from monitor.investigate.output import (
     FORMATS,
@@ -129,7 +130,7 @@ def query_metrics(
     groups = split_list(group_by)
     if segment == "*" and "segment" not in groups:
         groups.append("segment")
-    frame = _run(lambda: q.metrics(store, svc.name, since=start, until=end, model_version=version,
+    frame = _run(lambda: history.metrics(store, svc.name, since=start, until=end, model_version=version,
                                    segment="" if segment == "all" else segment, every=step, group_by=groups))
     cols = ["period_start", *groups, "requests", "error_rate", "timeout_rate", "reject_rate", "cache_hit_rate",
             "total_p50_ms", "total_p95_ms", "total_p99_ms"]
@@ -205,7 +206,7 @@ def query_incidents(
 @query_app.command("sql")
 def query_sql(
     statement: Annotated[str, typer.Argument(help="One SELECT (or WITH / VALUES / EXPLAIN) statement.")],
-    max_rows: Annotated[int, typer.Option(help="Refuse results longer than this.")] = q.SQL_MAX_ROWS,
+    max_rows: Annotated[int, typer.Option(help="Refuse results longer than this.")] = sql.SQL_MAX_ROWS,
     fmt: Format = "table",
 ) -> None:
     """Run one read-only SQL statement on the store; writes, DDL and several statements are refused."""
@@ -217,7 +218,7 @@ def query_sql(
         password = access.password.resolve() if access.password is not None else None
     except ConfigError as exc:
         _Ctx.fail(f"storage.query_sql.password: {exc}")
-    emit(_run(lambda: q.sql(store, statement, max_rows=max_rows, role=access.role, password=password,
+    emit(_run(lambda: sql.sql(store, statement, max_rows=max_rows, role=access.role, password=password,
                             timeout=access.timeout.total_seconds())), fmt, out, title=None, empty="no rows")
 
 

@@ -15,7 +15,7 @@ from monitor.aggregate import keys
 from monitor.aggregate.partial import ALL, Partial
 from monitor.aggregate.profile import Profile
 from monitor.config import Constraint, Service
-from monitor.investigate import query
+from monitor.investigate import history, query
 from storage.models import BucketPartial
 from storage.store import Store, utc
 
@@ -42,10 +42,10 @@ def version_metrics(store: Store, service: Service, version: str, since: datetim
                     profile: Profile | None) -> dict[str, float | None]:
     """One version's metrics over [since, until): service health from its merged partials, serving hours,
     throughput, cost per 1,000 valid (ok) predictions, drift (PSI) vs the reference, quality from findings."""
-    merged = query.merged_partials(store, service.name, since=since, until=until, model_version=version,
+    merged = history.merged_partials(store, service.name, since=since, until=until, model_version=version,
                                    segment=ALL, group_by=())
     part = merged[0][1] if merged else Partial()
-    out: dict[str, float | None] = dict(query.partial_metrics(part))
+    out: dict[str, float | None] = dict(history.partial_metrics(part))
     n = part.rows
     out["failure_rate"] = (n - part.counts[keys.OK]) / n if n else None
     with store.transaction() as session:

@@ -19,7 +19,7 @@ from rich.panel import Panel
 from checks.catalog import names
 from monitor.aggregate.keys import CACHE_TIME, LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import Partial
-from monitor.investigate import query
+from monitor.investigate import history, query
 from monitor.investigate.output import table
 from storage.models import VersionSeen
 from storage.store import Store
@@ -91,8 +91,8 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
 
     # The merged partials before (every version: what served then) and during (the incident's version),
     # read once for the latency decomposition and the cache split.
-    spans = [query.merged_partials(store, service, since=first - BEFORE, until=first, group_by=()),
-             query.merged_partials(store, service, since=first, until=last, model_version=version, group_by=())]
+    spans = [history.merged_partials(store, service, since=first - BEFORE, until=first, group_by=()),
+             history.merged_partials(store, service, since=first, until=last, model_version=version, group_by=())]
     before, during = (span[0][1] if span else None for span in spans)
     stages, top_stage = _stages(before, during)
     cache = _cache_split(before, during)
@@ -141,13 +141,13 @@ def _stages(before: Partial | None, during: Partial | None) -> tuple[list[dict[s
     do not add: a pointer, not a split)."""
     if before is None or during is None:
         return [], None
-    b, d = query.partial_metrics(before), query.partial_metrics(during)
+    b, d = history.partial_metrics(before), history.partial_metrics(during)
     names = sorted({c.rsplit("_", 2)[0] for c in d if c.endswith("_p95_ms")},
                    key=lambda s: (s != "total", s))
     rows = []
     for stage in names:
         row: dict[str, Any] = {"stage": stage}
-        for q in query.QUANTILES:
+        for q in history.QUANTILES:
             row[f"{q}_before"] = _num(b.get(f"{stage}_{q}_ms"))
             row[f"{q}_during"] = _num(d.get(f"{stage}_{q}_ms"))
         up = (row["p95_during"] or 0) - (row["p95_before"] or 0) if row["p95_before"] is not None else None
@@ -284,8 +284,8 @@ def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: dat
         seen.add((kind, value))
         out.append({"kind": kind, "value": value, "first_seen": query.jsonable(when),
                     "text": f"{kind} {value} first seen {when:%Y-%m-%d %H:%M} UTC"})
-    before = query.metrics(store, service, since=first - BEFORE, until=first)
-    during = query.metrics(store, service, since=first, until=last)
+    before = history.metrics(store, service, since=first - BEFORE, until=first)
+    during = history.metrics(store, service, since=first, until=last)
     versions_before, versions_during = set(before.get("model_version", [])), set(during.get("model_version", []))
     for v in sorted(versions_during - versions_before):
         if ("model_version", v) not in seen and versions_before:
@@ -361,7 +361,7 @@ def _fallback_summary(inc: dict, named: dict) -> str:
 
 def _previous_version(store: Store, service: str, first: datetime) -> str | None:
     """The model version that served most requests in the BEFORE span (what to compare with)."""
-    before = query.metrics(store, service, since=first - BEFORE, until=first)
+    before = history.metrics(store, service, since=first - BEFORE, until=first)
     return None if before.empty else str(before.sort_values("requests", ascending=False)["model_version"].iloc[0])
 
 

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from monitor.config import Limits, Service  # noqa: E402
-from monitor.investigate import query  # noqa: E402
+from monitor.investigate import history, query  # noqa: E402
 from storage.store import Store  # noqa: E402
 
 CONTEXT = timedelta(hours=3)  # shown before an incident's first window, so "before" is on the plot
@@ -215,7 +215,7 @@ def build_report(store: Store, service: Service, limits: Limits, *, since: datet
     if since is None or until is None:
         raise ValueError("give --since and --until, or --incident")
     step = _step(since, until)
-    metrics = query.metrics(store, service.name, since=since, until=until, every=step)
+    metrics = history.metrics(store, service.name, since=since, until=until, every=step)
     findings = query.findings(store, service.name, since=since, until=until, segment="all")
     sections = [("Latency per stage", latency_plot(metrics, marked), "no stored buckets in the range"),
                 ("Traffic and failures", traffic_plot(metrics, marked), "no stored buckets in the range"),

@@ -17,7 +17,7 @@ from monitor.aggregate.partial import merge_bytes
 from monitor.aggregate.profile import build_profile
 from monitor.cli import app
 from monitor.daemon import retention
-from monitor.investigate import query as q
+from monitor.investigate import history
 from monitor.investigate.explain import explain
 from monitor.schema import Schema
 from storage.models import Incident, VerdictRow
@@ -78,14 +78,14 @@ def _merged(store: Store, since: datetime, until: datetime, **kw) -> dict:
     """The merged partials as comparable values: counts, histograms and sketch bins exact."""
     return {tuple(sorted((k, str(v)) for k, v in key.items() if k != "period_end")):
             (dict(p.counts), p.hists, {k: (s.count, s.zero, s.pos, s.neg) for k, s in p.sketches.items()})
-            for key, p in q.merged_partials(store, "svc", since=since, until=until, **kw)}
+            for key, p in history.merged_partials(store, "svc", since=since, until=until, **kw)}
 
 
 def test_explain_and_metrics_across_the_compaction_boundary(store):
     incident_id = _fill(store)
     whole = dict(since=DAY0, until=DAY0 + timedelta(days=DAYS))
-    metrics_before = q.metrics(store, "svc", **whole)
-    hourly_before = q.metrics(store, "svc", **whole, every=timedelta(hours=1))
+    metrics_before = history.metrics(store, "svc", **whole)
+    hourly_before = history.metrics(store, "svc", **whole, every=timedelta(hours=1))
     merged_before = _merged(store, ONSET, END, model_version="v2", group_by=(), segment=None)
     explained_before = explain(store, "svc", incident_id)
 
@@ -97,12 +97,12 @@ def test_explain_and_metrics_across_the_compaction_boundary(store):
     assert {r["stage"] for r in explained.stages} >= {"model", "parse"}
     assert _merged(store, ONSET, END, model_version="v2", group_by=(), segment=None) == merged_before
     cols = [c for c in metrics_before.columns if c != "period_end"]
-    pd.testing.assert_frame_equal(q.metrics(store, "svc", **whole)[cols], metrics_before[cols])
-    pd.testing.assert_frame_equal(q.metrics(store, "svc", **whole, every=timedelta(hours=1))[cols],
+    pd.testing.assert_frame_equal(history.metrics(store, "svc", **whole)[cols], metrics_before[cols])
+    pd.testing.assert_frame_equal(history.metrics(store, "svc", **whole, every=timedelta(hours=1))[cols],
                                   hourly_before[cols])
 
     # Periods finer than the compacted buckets: an hour each where compacted, 15 minutes after.
-    fine = q.metrics(store, "svc", **whole, every=timedelta(minutes=15))
+    fine = history.metrics(store, "svc", **whole, every=timedelta(minutes=15))
     length = fine["period_end"] - fine["period_start"]
     compacted = fine["period_start"] < pd.Timestamp(BOUNDARY)
     assert (length[compacted] == timedelta(hours=1)).all() and (length[~compacted] == timedelta(minutes=15)).all()
@@ -110,7 +110,7 @@ def test_explain_and_metrics_across_the_compaction_boundary(store):
     per_hour = fine.assign(hour=fine["period_start"].dt.floor("1h")).groupby(["hour", "model_version"])["requests"]
     assert per_hour.sum().tolist() == hourly_before["requests"].tolist()
     # A period that is not a multiple of the hour: every 90 minutes, still each row once.
-    odd = q.metrics(store, "svc", **whole, every=timedelta(minutes=90))
+    odd = history.metrics(store, "svc", **whole, every=timedelta(minutes=90))
     assert odd["requests"].sum() == metrics_before["requests"].sum()
     assert (odd["period_end"] > odd["period_start"]).all()
     starts = sorted(set(odd["period_start"]))
@@ -132,7 +132,7 @@ def test_cli_query_metrics_compare_and_report_after_compaction(tmp_path):
     try:
         store.upgrade()
         incident_id = _fill(store)
-        hours_before = q.metrics(store, "svc", since=DAY0, until=DAY0 + timedelta(days=DAYS),
+        hours_before = history.metrics(store, "svc", since=DAY0, until=DAY0 + timedelta(days=DAYS),
                                  every=timedelta(hours=1))
         retention.compact(store, BOUNDARY, timedelta(hours=1))
     finally:

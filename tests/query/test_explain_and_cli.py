@@ -13,6 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from monitor.cli import app
+from monitor.investigate import history
 from monitor.investigate import query as q
 from monitor.investigate.explain import explain
 from storage.models import Incident, VerdictRow
@@ -68,7 +69,7 @@ def test_query_verdicts_incidents_and_explain(filled, scenario_run):
     kinds = {c["kind"] for c in result.what_changed}
     assert {"model_version", "cache"} <= kinds
     stages = {r["stage"]: r for r in result.stages}
-    during = q.metrics(filled, "churn", since=result.window[0], until=result.window[1], model_version="v2",
+    during = history.metrics(filled, "churn", since=result.window[0], until=result.window[1], model_version="v2",
                        group_by=())
     assert stages["batch_wait"]["p95_during"] == pytest.approx(during["batch_wait_p95_ms"].iloc[0])
     assert stages["(requests)"]["p50_during"] == during["requests"].iloc[0]

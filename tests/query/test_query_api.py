@@ -13,6 +13,7 @@ from tests_support import v2_bytes
 
 from monitor.aggregate.codec import encode_json
 from monitor.aggregate.partial import ALL, Partial, merge_all
+from monitor.investigate import history
 from monitor.investigate import query as q
 from storage.models import BucketPartial
 
@@ -78,14 +79,14 @@ def test_group_findings_counts_breaches_per_group(filled):
 def test_metrics_agree_with_the_raw_logs(filled, scenario_run):
     start, end = span(scenario_run)
     raw = raw_predictions(scenario_run)
-    frame = q.metrics(filled, "churn", since=start, until=end + timedelta(hours=1))
+    frame = history.metrics(filled, "churn", since=start, until=end + timedelta(hours=1))
     assert set(frame["model_version"]) == {"v1", "v2"}
     for version, got in frame.set_index("model_version").iterrows():
         rows = raw[raw["model_version"] == version]
         assert got["requests"] == len(rows)
         for status in ("ok", "timeout", "rejected", "error"):
             assert got[status] == (rows["status"] == status).sum()
-        for label, qv in q.QUANTILES.items():
+        for label, qv in history.QUANTILES.items():
             exact = np.quantile(rows["latency_ms"].to_numpy(float), qv, method="lower")
             # DDSketch at 1% relative accuracy, plus one rank of slack.
             near = np.quantile(rows["latency_ms"].to_numpy(float), [qv - 0.002, qv + 0.002], method="lower")
@@ -99,15 +100,15 @@ def test_metrics_agree_with_the_raw_logs(filled, scenario_run):
 
 def test_metrics_per_period_and_segment(filled, scenario_run):
     start, end = span(scenario_run)
-    half = q.metrics(filled, "churn", since=start, until=end, every=timedelta(minutes=30), group_by=())
+    half = history.metrics(filled, "churn", since=start, until=end, every=timedelta(minutes=30), group_by=())
     assert len(half) == 4 and half["period_start"].tolist() == [pd.Timestamp(start) + timedelta(minutes=30 * i)
                                                                for i in range(4)]
-    whole = q.metrics(filled, "churn", since=start, until=end, group_by=())
+    whole = history.metrics(filled, "churn", since=start, until=end, group_by=())
     assert half["requests"].sum() == whole["requests"].iloc[0]
-    seg = q.metrics(filled, "churn", since=start, until=end, segment="*", group_by=["segment"])
+    seg = history.metrics(filled, "churn", since=start, until=end, segment="*", group_by=["segment"])
     assert ALL not in set(seg["segment"]) and seg["requests"].sum() == whole["requests"].iloc[0]
     with pytest.raises(q.QueryError):
-        q.metrics(filled, "churn", since=start, until=end, group_by=["replica"])
+        history.metrics(filled, "churn", since=start, until=end, group_by=["replica"])
 
 
 def test_metrics_read_partials_as_the_full_merge_does(filled, scenario_run):
@@ -117,22 +118,22 @@ def test_metrics_read_partials_as_the_full_merge_does(filled, scenario_run):
     for segment, every, group_by in ((ALL, None, ("model_version",)), ("*", timedelta(minutes=15), ("segment",)),
                                      (ALL, timedelta(minutes=5), ("model_version", "segment"))):
         kw = dict(since=start, until=end, segment=segment, every=every, group_by=group_by)
-        fast = q.merged_partials(filled, "churn", health_only=True, **kw)
-        full = q.merged_partials(filled, "churn", **kw)
+        fast = history.merged_partials(filled, "churn", health_only=True, **kw)
+        full = history.merged_partials(filled, "churn", **kw)
         assert [k for k, _ in fast] == [k for k, _ in full] and len(fast) > 1
         for (_, a), (_, b) in zip(fast, full, strict=True):
-            assert a.counts == {k: v for k, v in b.counts.items() if k in q.HEALTH_COUNTS}
-            assert a.sketches == {k: v for k, v in b.sketches.items() if q._health_sketch(k)}
-            assert q.partial_metrics(a) == q.partial_metrics(b)
+            assert a.counts == {k: v for k, v in b.counts.items() if k in history.HEALTH_COUNTS}
+            assert a.sketches == {k: v for k, v in b.sketches.items() if history._health_sketch(k)}
+            assert history.partial_metrics(a) == history.partial_metrics(b)
     with filled.transaction() as session:
         payloads = session.scalars(select(BucketPartial.payload).where(BucketPartial.segment == ALL)).all()
     parts = [Partial.from_bytes(p) for p in payloads[:20]]
-    acc = q._HealthSum()
+    acc = history._HealthSum()
     for i, part in enumerate(parts):  # every serialized form, interleaved: TWP3, JSON, and TWP2 as stored before
         acc.add((part.to_bytes(), encode_json(part.counts, part.hists, part.sketches, part.unseen, part.profile), v2_bytes(part))[i % 3])
     merged, want = acc.partial(), merge_all(parts)
-    assert merged.counts == {k: v for k, v in want.counts.items() if k in q.HEALTH_COUNTS}
-    assert merged.sketches == {k: v for k, v in want.sketches.items() if q._health_sketch(k)}
+    assert merged.counts == {k: v for k, v in want.counts.items() if k in history.HEALTH_COUNTS}
+    assert merged.sketches == {k: v for k, v in want.sketches.items() if history._health_sketch(k)}
     assert len(merged.sketches) >= 5 and merged.counts["rows"] > 0
 
 

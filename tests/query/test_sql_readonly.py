@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from monitor.investigate import query as q
+from monitor.investigate import sql
 from storage.models import Base
 
 
@@ -36,26 +37,26 @@ WRITES = [
 
 
 def test_select_runs(filled):
-    frame = q.sql(filled, 'SELECT "check", count(*) AS n FROM findings GROUP BY "check" ORDER BY "check"')
+    frame = sql.sql(filled, 'SELECT "check", count(*) AS n FROM findings GROUP BY "check" ORDER BY "check"')
     assert list(frame.columns) == ["check", "n"] and "latency" in set(frame["check"])
     assert int(frame["n"].sum()) == len(q.findings(filled, "churn"))
-    assert q.sql(filled, "-- a comment\nSELECT count(*) AS n FROM ticks;")["n"].iloc[0] == 9
+    assert sql.sql(filled, "-- a comment\nSELECT count(*) AS n FROM ticks;")["n"].iloc[0] == 9
     with pytest.raises(q.QueryError, match="more than 5 rows"):
-        q.sql(filled, "SELECT id FROM findings", max_rows=5)
+        sql.sql(filled, "SELECT id FROM findings", max_rows=5)
 
 
 def test_writes_are_refused_and_nothing_changes(filled):
     before = fingerprint(filled)
     for statement in WRITES:
         with pytest.raises(q.QueryError):
-            q.sql(filled, statement)
+            sql.sql(filled, statement)
         assert fingerprint(filled) == before, statement
 
 
 def test_the_connection_itself_refuses_writes(filled):
     """Past the first-word check: the read-only connection / transaction is what stops each write."""
     sqlite = filled.url.get_backend_name() == "sqlite"
-    reader = q._sqlite_read if sqlite else q._postgres_read
+    reader = sql._sqlite_read if sqlite else sql._postgres_read
     # SQLite has no DELETE inside a CTE; its WITH ... DELETE is the same attempt.
     cte = ("WITH g AS (SELECT 1) DELETE FROM findings" if sqlite
            else "WITH gone AS (DELETE FROM findings RETURNING id) SELECT count(*) FROM gone")
@@ -116,12 +117,12 @@ def test_server_functions_are_refused_and_selects_run(filled, victim, record_pro
         # PostgreSQL 15 words the refusal to signal a superuser's backend "must be a superuser"; later ones
         # "permission denied".
         with pytest.raises(q.QueryError, match="permission denied|must be a superuser") as caught:
-            q.sql(filled, call.format(victim=pid))
+            sql.sql(filled, call.format(victim=pid))
         refused.append(f"{call}: {caught.value}")
         assert alive(), call
     print("\n".join(refused))  # what the caller is told, for the record
-    frame = q.sql(filled, 'SELECT "check", count(*) AS n FROM findings GROUP BY "check" ORDER BY "check"')
-    assert "latency" in set(frame["check"]) and q.sql(filled, "SELECT current_user AS u")["u"].iloc[0] == \
+    frame = sql.sql(filled, 'SELECT "check", count(*) AS n FROM findings GROUP BY "check" ORDER BY "check"')
+    assert "latency" in set(frame["check"]) and sql.sql(filled, "SELECT current_user AS u")["u"].iloc[0] == \
         "tailwatch_reader"
     record_property("rel_inputs", len(SERVER_CALLS) + 2)
     record_property("rel_faults", len(refused))
@@ -169,7 +170,7 @@ def test_a_role_that_can_do_more_than_read_is_refused(filled, extra_role, victim
             conn.exec_driver_sql(grant.format(role=role))
     for call in SERVER_CALLS + ["SELECT count(*) FROM findings"]:
         with pytest.raises(q.QueryError, match=f"refused to run as role {role}: .*{re.escape(why)}"):
-            q.sql(filled, call.format(victim=pid), role=role)
+            sql.sql(filled, call.format(victim=pid), role=role)
         assert alive(), call
 
 
@@ -177,7 +178,7 @@ def test_a_role_that_can_do_more_than_read_is_refused(filled, extra_role, victim
 @pytest.mark.parametrize("filled", ["postgres"], indirect=True)
 def test_a_missing_reader_role_is_a_clear_error(filled):
     with pytest.raises(q.QueryError, match="as tw_nobody_here: .*`tailwatch db upgrade` creates"):
-        q.sql(filled, "SELECT 1", role="tw_nobody_here")
+        sql.sql(filled, "SELECT 1", role="tw_nobody_here")
 
 
 @pytest.mark.reliability
@@ -186,12 +187,12 @@ def test_a_runaway_query_stops_at_the_time_limit(filled, monkeypatch, record_pro
     handler; the busy timeout bounds only lock waits) and on PostgreSQL (statement_timeout)."""
     import threading
 
-    monkeypatch.setattr(q, "SQL_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sql, "SQL_TIMEOUT_S", 0.5)
     outcome: list[BaseException] = []
 
     def run() -> None:
         try:
-            q.sql(filled, RUNAWAY)
+            sql.sql(filled, RUNAWAY)
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             outcome.append(exc)
 
@@ -201,6 +202,6 @@ def test_a_runaway_query_stops_at_the_time_limit(filled, monkeypatch, record_pro
     assert not worker.is_alive(), "the runaway query was not stopped"
     [error] = outcome
     assert isinstance(error, q.QueryError) and "time limit of 0.5 s" in str(error), error
-    assert q.sql(filled, "SELECT count(*) AS n FROM ticks")["n"].iloc[0] == 9  # the next query runs
+    assert sql.sql(filled, "SELECT count(*) AS n FROM ticks")["n"].iloc[0] == 9  # the next query runs
     record_property("rel_inputs", 1)
     record_property("rel_faults", 1)

@@ -342,10 +342,11 @@ def sql_store(request, tmp_path):
 
 def test_query_sql_writes_nothing(sql_store, tmp_path, record_property):
     from monitor.investigate import query as q
+    from monitor.investigate import sql
 
     store = sql_store
     sqlite = store.url.get_backend_name() == "sqlite"
-    reader = q._sqlite_read if sqlite else q._postgres_read
+    reader = sql._sqlite_read if sqlite else sql._postgres_read
     other = tmp_path / "other.db"
     statements = COMMON_WRITES + (SQLITE_WRITES if sqlite else POSTGRES_WRITES)
     before = dump_tables(store)
@@ -353,7 +354,7 @@ def test_query_sql_writes_nothing(sql_store, tmp_path, record_property):
     for statement in statements:
         statement = statement.format(other=other)
         # Through the command's function, then straight at its read-only connection (past the verb check).
-        for run in (q.sql, lambda st, text_: reader(st, text_, 10)):
+        for run in (sql.sql, lambda st, text_: reader(st, text_, 10)):
             try:
                 run(store, statement)
             except q.QueryError:
@@ -364,7 +365,7 @@ def test_query_sql_writes_nothing(sql_store, tmp_path, record_property):
             assert not other.exists(), statement
     if sqlite:
         assert sqlite3.connect(tmp_path / "tw.db").execute("PRAGMA user_version").fetchone()[0] == 0
-    assert q.sql(store, "SELECT count(*) AS n FROM findings")["n"].iloc[0] > 0  # reads still run
+    assert sql.sql(store, "SELECT count(*) AS n FROM findings")["n"].iloc[0] > 0  # reads still run
     record_property("rel_inputs", 2 * len(statements))
     record_property("rel_faults", refused)
     record_property("rel_rows_lost", 0 if dump_tables(store) == before else 1)

@@ -1,0 +1,49 @@
+"""The `tailwatch` command line: the app, its global options, and its commands in the order help lists
+them (commands of the pipeline, investigation and alerts; then the groups)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from monitor.cli.alerts import accept, alerts_list, notify_app, silence_app
+from monitor.cli.common import State, fail, load_config, open_store
+from monitor.cli.pipeline import backfill, demo, init, nightly, run, scan, tick
+from monitor.cli.reference import db_app, reference_app
+from monitor.investigate.commands import register
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="tailwatch: tells 'the service got slower' apart from 'the predictions got worse'.")
+app.add_typer(db_app, name="db")
+app.add_typer(reference_app, name="reference")
+
+
+@app.callback()
+def main_options(
+    config: Annotated[str | None, typer.Option("--config", "-c", help="Config file (default $TAILWATCH_CONFIG, then ./tailwatch.yaml).")] = None,
+) -> None:
+    State.config_path = config
+
+
+app.command()(init)
+app.command()(tick)
+app.command()(demo)
+app.command()(run)
+app.command()(backfill)
+app.command()(nightly)
+# investigation: query, compare, report, explain; defined in monitor.investigate.commands
+register(app, load_config=load_config, open_store=open_store, fail=fail)
+app.command()(scan)
+app.add_typer(silence_app, name="silence")
+app.add_typer(notify_app, name="notify")
+app.command("alerts")(alerts_list)
+app.command()(accept)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,207 @@
+"""Alerts, silences and notifications: `alerts`, `accept`, `silence create|list|expire`, `notify drain`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from monitor import config as config_mod
+from monitor.cli.common import err, fail, load_config, open_store, out, parse_now
+
+silence_app = typer.Typer(no_args_is_help=True, help="Silences: mute notifications of matching alerts for a while.")
+notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")
+
+
+def alerts_list(
+    show_all: Annotated[bool, typer.Option("--all", help="Also inactive and resolved alerts.")] = False,
+    now: Annotated[str | None, typer.Option(help="The clock for silences (RFC 3339); default: now.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """List active (pending and firing) alerts with their verdict, since when, what mutes them, and whether
+    their notifications went out."""
+    from sqlalchemy import select
+
+    from monitor.alerts.alert import Alert
+    from monitor.alerts.silence import muted_by
+    from monitor.notify import undeliverable
+    from storage.models import AlertState, Outbox
+
+    cfg = load_config()
+    store = open_store(cfg)
+    clock = parse_now(now)
+    why = undeliverable(cfg)
+    with store.transaction() as session:
+        rows = list(session.scalars(select(AlertState).order_by(AlertState.service, AlertState.alertname)))
+        silences = store.load_silences(session, clock)
+        incidents = store.load_incidents(session, status="open")
+        by_group = {i["fingerprint"]: i["id"] for i in incidents}
+        items = session.execute(select(Outbox.incident_id, Outbox.status, Outbox.last_error).where(
+            Outbox.incident_id.in_(list(by_group.values()))).order_by(Outbox.id)).all() if by_group else []
+    outbox: dict[int, list] = {}
+    for incident_id, status, last_error in items:
+        outbox.setdefault(incident_id, []).append((status, last_error))
+    alerts = [Alert(r.fingerprint, dict(r.labels or {}), r.state, r.active_since, r.fired_at, r.resolved_at,
+                    r.last_active_at, r.last_eval_at, dict(r.annotations or {})) for r in rows]
+    firing = [a for a in alerts if a.state == "firing"]
+    shown = [a for a in alerts if show_all or a.state in ("pending", "firing")]
+    groups = {r.fingerprint: r.group_fingerprint for r in rows}
+    records = [{"fingerprint": a.fingerprint, "state": a.state, "labels": a.labels,
+                "since": (a.fired_at or a.active_since or a.resolved_at),
+                # A resolved alert says why: fixed, rolled back, or no traffic.
+                "summary": (f"resolved ({a.annotations['resolution']}): " if a.state == "resolved"
+                            and a.annotations.get("resolution") else "") + a.annotations.get("summary", ""),
+                "muted": muted_by(a, firing, silences, cfg.alerts, clock),
+                "delivery": _delivery(cfg, why, outbox.get(by_group.get(groups.get(a.fingerprint)), []))}
+               for a in shown]
+    if fmt == "json":
+        print(json.dumps({"alerts": records, "open_incidents": incidents, "notifications_undeliverable": why or None},
+                         indent=2, default=str))
+        return
+    table = Table(title=f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))")
+    for col in ("state", "alert", "labels", "since (UTC)", "muted", "notified", "summary"):
+        table.add_column(col, overflow="fold")
+    for r in records:
+        labels = {k: v for k, v in r["labels"].items() if k != "alertname"}
+        since = r["since"].strftime("%Y-%m-%d %H:%M") if r["since"] else "-"
+        delivery = f"[red]{escape(r['delivery'])}[/]" if r["delivery"].startswith("UNDELIVERABLE") else escape(r["delivery"])
+        table.add_row(escape(r["state"]), escape(r["labels"].get("alertname", "")),
+                      escape(" ".join(f"{k}={v}" for k, v in sorted(labels.items()))), since,
+                      escape(r["muted"] or ""), delivery, escape(r["summary"]))
+    out.print(table)
+    if why:
+        err.print(f"[red]error:[/] notifications undeliverable: {escape(why)}", highlight=False)
+    if not shown:
+        out.print("[green]no active alerts[/]")
+
+
+def _delivery(cfg, why: str, items: list[tuple[str, str | None]]) -> str:
+    """What became of an alert's notifications: its incident's outbox items (oldest first), or why none can
+    be sent."""
+    pending = sum(status == "pending" for status, _ in items)
+    if cfg.alerts.slack is None:
+        return "not configured"
+    if why:
+        return f"UNDELIVERABLE{f' ({pending} waiting)' if pending else ''}: {why}"
+    failed = [error for status, error in items if status == "failed"]
+    if failed:
+        return f"failed: {failed[-1] or 'error'}"
+    if pending:
+        return f"pending ({pending})"
+    return "sent" if items else "-"
+
+
+@silence_app.command("create")
+def silence_create(
+    matcher: Annotated[list[str], typer.Option("--matcher", "-m", help="label=value, label!=value, label=~regex "
+                                                "or label!~regex; repeat for several (all must match).")],
+    duration: Annotated[str, typer.Option(help="How long, e.g. 2h, 30m, 1d.")] = "2h",
+    comment: Annotated[str, typer.Option(help="Why (shown in `silence list`).")] = "",
+    created_by: Annotated[str | None, typer.Option("--by", help="Who (default: $USER).")] = None,
+    now: Annotated[str | None, typer.Option(help="Start (RFC 3339); default: now.")] = None,
+) -> None:
+    """Mute notifications of every alert matching all the matchers, for `duration`."""
+    import getpass
+
+    from monitor.alerts.silence import parse_matcher
+
+    try:
+        matchers = [parse_matcher(m) for m in matcher]
+        length = config_mod.parse_duration(duration)
+    except ValueError as exc:
+        fail(str(exc))
+    if length.total_seconds() <= 0:
+        fail(f"--duration: must be positive, got {duration!r}")
+    cfg = load_config()
+    store = open_store(cfg)
+    start = parse_now(now)
+    with store.transaction() as session:
+        sid = store.add_silence(session, matchers, created_by or getpass.getuser(), comment, start, start + length)
+    out.print(f"silence {sid} until {start + length:%Y-%m-%d %H:%M} UTC: "
+              + ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in matchers), highlight=False)
+
+
+def accept(
+    version: Annotated[str, typer.Argument(help="The version value: a model_version, preprocess_version or config_hash.")],
+    service: Annotated[str | None, typer.Option(help="The service (default: the only one).")] = None,
+    comment: Annotated[str, typer.Option(help="Why it is good.")] = "",
+    accepted_by: Annotated[str | None, typer.Option("--by", help="Who (default: $USER).")] = None,
+    now: Annotated[str | None, typer.Option(help="When (RFC 3339); default: now.")] = None,
+) -> None:
+    """Accept a version as good: its windows are then compared with its own history, not with the last
+    accepted version before it (see docs/alerts.md, Baselines)."""
+    import getpass
+
+    cfg = load_config()
+    chosen = [s for s in cfg.services if service in (None, s.name)]
+    if len(chosen) != 1:
+        fail(f"--service: {'no service named ' + repr(service) if service else 'several services'}; "
+             f"one of {[s.name for s in cfg.services]}")
+    name = chosen[0].name
+    store = open_store(cfg)
+    with store.transaction() as session:
+        seen = [v for v in store.load_versions(session, name) if v["value"] == version]
+        new = store.accept_version(session, name, version, parse_now(now), accepted_by or getpass.getuser(), comment)
+    what = ", ".join(f"{v['kind']} first seen {v['first_seen']:%Y-%m-%d %H:%M} UTC" for v in seen) or "not seen yet"
+    out.print(f"{escape(name)}: {escape(version)} {'accepted' if new else 'was already accepted'} ({what})",
+              highlight=False)
+
+
+@silence_app.command("list")
+def silence_list(
+    show_all: Annotated[bool, typer.Option("--all", help="Also expired silences.")] = False,
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+) -> None:
+    """List silences in force (or all of them)."""
+    cfg = load_config()
+    store = open_store(cfg)
+    clock = parse_now(now)
+    with store.transaction() as session:
+        rows = store.load_silences(session, None if show_all else clock)
+    table = Table(title="silences")
+    for col in ("id", "matchers", "starts (UTC)", "ends (UTC)", "state", "by", "comment"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        state = "active" if r["starts_at"] <= clock < r["ends_at"] else ("expired" if r["ends_at"] <= clock else "pending")
+        table.add_row(str(r["id"]), ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in r["matchers"]),
+                      f"{r['starts_at']:%Y-%m-%d %H:%M}", f"{r['ends_at']:%Y-%m-%d %H:%M}", state, r["created_by"],
+                      r["comment"])
+    out.print(table)
+
+
+@silence_app.command("expire")
+def silence_expire(
+    silence_id: Annotated[int, typer.Argument(help="The silence id (see `tailwatch silence list`).")],
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+) -> None:
+    """End a silence now."""
+    cfg = load_config()
+    store = open_store(cfg)
+    with store.transaction() as session:
+        done = store.expire_silence(session, silence_id, parse_now(now))
+    if not done:
+        fail(f"no silence {silence_id} in force")
+    out.print(f"silence {silence_id} expired")
+
+
+@notify_app.command("drain")
+def notify_drain(
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+) -> None:
+    """Send the notifications due in the outbox (retries wait for their backoff)."""
+    from monitor.notify import drain
+
+    cfg = load_config()
+    store = open_store(cfg)
+    report = drain(cfg, store, parse_now(now))
+    out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
+              + (f" ({report.note})" if report.note and not report.undeliverable else ""), highlight=False)
+    for line in report.errors:
+        err.print(f"[yellow]-[/] {line}", highlight=False)
+    if report.undeliverable:
+        fail(f"notifications undeliverable: {escape(report.undeliverable)}")
+    if report.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,267 @@
+"""The commands that run the pipeline: `init`, `tick`, `demo`, `run`, `backfill`, `nightly` and `scan`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from monitor import config as config_mod
+from monitor.cli.common import _safe, err, fail, load_config, open_store, out, parse_now
+from monitor.durations import duration_text
+
+
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the example config.")] = Path(config_mod.DEFAULT_PATH),
+    force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented example config."""
+    if path.exists() and not force:
+        fail(f"{path} exists; use --force to overwrite")
+    path.write_text(config_mod.example(), encoding="utf-8")
+    out.print(f"wrote {path}; edit its sources and schema, then run `tailwatch db upgrade` and `tailwatch tick`")
+
+
+def tick(
+    now: Annotated[str | None, typer.Option(help="The clock for this tick (RFC 3339, UTC); default: now.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """Run one tick: ingest new rows, quarantine bad ones, join timings, store bucket counts."""
+    from monitor.daemon.runner import tick as run_tick
+
+    if fmt not in ("table", "json"):
+        fail(f"--format: must be table or json, got {fmt!r}")
+    cfg = load_config()
+    store = open_store(cfg)
+    reports = run_tick(cfg, store, parse_now(now))
+    if fmt == "json":
+        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+    else:
+        for report in reports:
+            print_report(report)
+    if any(r.status != "ok" for r in reports):
+        raise typer.Exit(1)
+
+
+def print_report(report, console: Console = out) -> None:
+    """A tick's report as a table a person reads in ten seconds."""
+    table = Table(title=f"tick {report.now}  service {report.service}  [{report.status}]", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("rows", justify="right")
+    for kind in sorted(report.read):
+        table.add_row(f"{kind}: read", f"{report.read[kind]:,}")
+        table.add_row(f"{kind}: accepted", f"{report.accepted[kind]:,}")
+    total_q = sum(report.quarantined.values())
+    table.add_row("quarantined", f"{total_q:,}")
+    for reason, count in sorted(report.quarantined.items(), key=lambda kv: -kv[1]):
+        table.add_row(f"  {reason}", f"{count:,}")
+    table.add_row("joined with timings", f"{report.joined:,}")
+    table.add_row("unmatched (no timings)", f"{report.unmatched:,}")
+    table.add_row("duplicate request_ids", f"{report.duplicates:,}")
+    table.add_row("waiting for timings", f"{report.pending_predictions:,}")
+    table.add_row("folded into buckets", f"{report.folded:,} rows -> {report.buckets:,} partials")
+    if report.first_ts:
+        table.add_row("event time", f"{report.first_ts} .. {report.last_ts}")
+    table.add_row("tick time", f"{report.seconds:.2f} s")
+    console.print(table)
+    if report.error:
+        console.print(f"[red]error:[/] {report.error}")
+    for line in report.events + report.notes:
+        console.print(f"[dim]- {line}[/]")
+
+def demo(
+    scenario: Annotated[str, typer.Option(help="Simulator scenario to run.")] = "slower-batching",
+    hours: Annotated[float, typer.Option(help="Simulated hours.")] = 6.0,
+    seed: Annotated[int, typer.Option(help="Simulator seed.")] = 7,
+    keep: Annotated[Path | None, typer.Option(help="Keep the generated logs and database in this directory.")] = None,
+) -> None:
+    """Generate a simulated serving scenario, tick over it with an injected clock, show what was seen."""
+    from monitor.demo import run_demo
+
+    try:
+        run_demo(scenario=scenario, hours=hours, seed=seed, keep=keep, console=out)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def run(
+    once: Annotated[bool, typer.Option("--once", help="Run one tick job (tick, recovery, after-tick stages) and exit.")] = False,
+    now: Annotated[str | None, typer.Option(help="With --once: the clock for the tick (RFC 3339, UTC); default: now.")] = None,
+) -> None:
+    """Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics."""
+    from monitor.daemon import jobs, leader, logs
+    from monitor.daemon.service import Daemon
+
+    cfg = load_config()
+    store = open_store(cfg)
+    logs.setup(cfg.daemon.log_format, cfg.daemon.log_level, logs.config_secrets(cfg) + store._secrets)
+    if not once:
+        try:
+            code = Daemon(cfg, store).run()
+        except ValueError as exc:  # no leader lock for this database
+            fail(str(exc))
+        raise typer.Exit(code)
+    try:
+        lock = leader.for_store(store, cfg.daemon.lock_key)
+    except ValueError as exc:
+        fail(str(exc))
+    if not lock.acquire():
+        fail("another tailwatch process holds the leader lock; not ticking", code=3)
+    try:
+        reports = jobs.tick_job(cfg, leader.Fenced(store, lock), parse_now(now))
+    finally:
+        lock.release()
+    if any(r.status != "ok" for r in reports):
+        raise typer.Exit(1)
+
+
+def backfill(
+    since: Annotated[str, typer.Option(help="Where the replay clock starts (RFC 3339, UTC).")],
+    until: Annotated[str, typer.Option(help="Where it stops; rows after it are left for the daemon.")],
+    step: Annotated[str | None, typer.Option(help="How far the clock moves per tick, e.g. 15m, 1h (default: the "
+                                             "smallest configured window; daemon.interval plays no part).")] = None,
+    staging: Annotated[Path | None, typer.Option(help="Directory for the replayed files (default: beside the SQLite file, or ./tailwatch-backfill).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (rerun to resume).", min=1)] = None,
+) -> None:
+    """Replay history in event-time order exactly as live ticks would; rerun the same command to resume."""
+    from monitor.daemon import backfill as backfill_mod
+    from monitor.daemon import leader, logs
+
+    try:
+        length = config_mod.parse_duration(step) if step is not None else None
+    except ValueError as exc:
+        fail(f"--step: {exc}")
+    cfg = load_config()
+    store = open_store(cfg)
+    logs.setup(cfg.daemon.log_format, "WARNING", logs.config_secrets(cfg) + store._secrets)
+    start, end = parse_now(since), parse_now(until)
+    lock = leader.for_store(store, cfg.daemon.lock_key)
+    if not lock.acquire():
+        fail("another tailwatch process (the daemon?) holds the leader lock; stop it before a backfill", code=3)
+    try:
+        result = backfill_mod.run(cfg, leader.Fenced(store, lock), start, end, step=length, staging=staging,
+                                  console=err, max_steps=max_steps)
+    except backfill_mod.BackfillError as exc:
+        fail(str(exc))
+    finally:
+        lock.release()
+    resumed = f" (resumed after {result.resumed_from:%Y-%m-%d %H:%M})" if result.resumed_from else ""
+    state = "done" if result.done else "stopped; rerun the same command to resume"
+    out.print(f"backfill run {result.run_id}: {result.steps} steps of {duration_text(result.step)}{resumed}, clock at "
+              f"{result.reached:%Y-%m-%d %H:%M} UTC: {state}")
+
+
+def nightly(
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339, UTC); default: now.")] = None,
+    date: Annotated[str | None, typer.Option(help="Score as of the end of this UTC day (YYYY-MM-DD).")] = None,
+    service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """Score every matured window against its delayed labels (idempotent: a rerun rewrites the same results)."""
+    from datetime import timedelta
+
+    from monitor.daemon.nightly import run_nightly
+
+    if fmt not in ("table", "json"):
+        fail(f"--format: must be table or json, got {fmt!r}")
+    if now is not None and date is not None:
+        fail("give --now or --date, not both")
+    clock = parse_now(now)
+    if date is not None:
+        try:
+            clock = datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=UTC) + timedelta(days=1)
+        except ValueError:
+            fail(f"--date: not a date: {date!r} (use YYYY-MM-DD)")
+    cfg = load_config()
+    if service is not None and service not in [s.name for s in cfg.services]:
+        fail(f"--service: no service named {service!r}")
+    store = open_store(cfg)
+    if service is None:
+        from monitor.daemon import retention
+
+        retention.apply(cfg, store, clock)  # the same nightly run as the daemon's: compaction and expiry first
+    report = run_nightly(cfg, store, clock, service)
+    if fmt == "json":
+        print(json.dumps({"now": report.now, "seconds": report.seconds, "services": [
+            {k: v for k, v in s.__dict__.items() if k != "scored"} for s in report.services]}, indent=2))
+        return
+    table = Table(title=f"nightly quality  {report.now}  ({report.seconds:.2f} s)")
+    for col in ("service", "windows", "matured", "findings", "breaches", "pruned", "failed as miss"):
+        table.add_column(col, justify="left" if col == "service" else "right")
+    for s in report.services:
+        table.add_row(s.service, str(s.windows), str(s.matured), str(s.findings), str(len(s.breaches)),
+                      str(s.pruned), "yes" if s.failed_as_miss else "no")
+    out.print(table)
+    for s in report.services:
+        for line in s.breaches[:20]:
+            out.print(f"[red]breach[/] {s.service} {line}", highlight=False)
+        if s.estimate_error:
+            errs = ", ".join(f"{k} {v:.3f}" for k, v in sorted(s.estimate_error.items()))
+            out.print(f"[dim]{s.service}: estimate mean |error| vs realized: {errs}[/]", highlight=False)
+    if not report.services:
+        out.print("[yellow]no service has a `quality` section[/]")
+
+
+def scan(
+    dataset: Annotated[str, typer.Argument(help="Parquet dataset of joined prediction rows (path or fsspec URL).")],
+    since: Annotated[str | None, typer.Option(help="Only rows with ts at or after this (RFC 3339).")] = None,
+    until: Annotated[str | None, typer.Option(help="Only rows with ts before this (RFC 3339).")] = None,
+    engine: Annotated[str | None, typer.Option(help="local or dask (default: the config's engine.kind).")] = None,
+    scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address (default: engine.scheduler).")] = None,
+    service: Annotated[str | None, typer.Option(help="The service the rows belong to (default: the only one).")] = None,
+    now: Annotated[str | None, typer.Option(help="The clock (RFC 3339): windows ending later are not scored.")] = None,
+) -> None:
+    """Fold a Parquet dataset into bucket partials (locally or on Dask), store them, score their windows."""
+    from monitor.daemon.engines.scan import run_scan
+    from monitor.daemon.runner import describe_labels
+
+    cfg = load_config()
+    chosen = [s for s in cfg.services if service in (None, s.name)]
+    if len(chosen) != 1:
+        fail(f"--service: {'no service named ' + repr(service) if service else 'several services'}; "
+             f"one of {[s.name for s in cfg.services]}")
+    try:
+        settings = cfg.engine.model_copy(update={k: v for k, v in (("kind", engine), ("scheduler", scheduler))
+                                                 if v is not None})
+        settings = config_mod.Engine.model_validate(settings.model_dump())
+    except ValueError as exc:
+        fail(f"--engine/--scheduler: {_safe(exc)}")
+    for name, value in (("since", since), ("until", until)):
+        try:
+            pd.Timestamp(value)
+        except ValueError:
+            fail(f"--{name}: not a timestamp: {value!r} (use RFC 3339, e.g. 2026-11-02T00:00:00Z)")
+    bounds = [None if v is None else parse_now(v) for v in (since, until)]
+    store = open_store(cfg)
+    try:
+        report = run_scan(cfg, chosen[0], store, dataset, parse_now(now), *bounds, engine=settings)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot scan {dataset}: {type(exc).__name__}: {_safe(exc)}")
+    result = report.result
+    table = Table(title=f"scan {dataset}  engine {settings.kind}  service {chosen[0].name}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    for key in ("read", "accepted", "folded", "joined", "unmatched", "duplicates", "outside"):
+        table.add_row(key, f"{result.counts[key]:,}")
+    for key, n in sorted(result.counts.items()):
+        if "quarantined:" in key:
+            table.add_row(key, f"{n:,}")
+    table.add_row("chunks / partitions", f"{result.chunks:,}")
+    table.add_row("partials", f"{len(result.partials):,}")
+    table.add_row("partial bytes gathered", f"{result.gathered_bytes:,}")
+    table.add_row("fold time", f"{result.seconds:.2f} s")
+    table.add_row("findings", f"{report.findings:,}")
+    out.print(table)
+    breaches = [(s, f) for s in report.scored for f in s.findings if f.status == "breach"]
+    for s, f in breaches[:30]:
+        out.print(f"[red]breach[/] {s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m "
+                  f"{s.model_version} {f.check} {describe_labels(f.labels)} (n={f.n})", highlight=False, soft_wrap=True)
+    if len(breaches) > 30:
+        out.print(f"... and {len(breaches) - 30} more breaches (see `tailwatch query`)", highlight=False)
+

@@ -1,0 +1,83 @@
+"""The database schema and the reference profile: `db upgrade`, `db current`, `reference build`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from monitor.cli.common import err, fail, load_config, open_store, out
+
+db_app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade, current.")
+reference_app = typer.Typer(no_args_is_help=True, help="The reference profile windows are compared with.")
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the schema migrations to the configured database."""
+    cfg = load_config()
+    store = open_store(cfg, check_schema=False)
+    notes = store.upgrade(sql_role=cfg.storage.query_sql.role)
+    out.print(f"database at revision {store.current_revision()} (head {store.head_revision()})")
+    for note in notes:
+        err.print(f"[yellow]warning:[/] {note}", highlight=False)
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Show the database's schema revision and the one this tailwatch expects."""
+    cfg = load_config()
+    store = open_store(cfg, check_schema=False)
+    out.print(f"database: {store.current_revision() or 'empty'}; this tailwatch: {store.head_revision()}")
+
+
+@reference_app.command("build")
+def reference_build(
+    service: Annotated[str | None, typer.Option(help="Only this service (default: every one with a reference).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """Profile each service's reference dataset, store the profile, and say what in it to fix."""
+    from rich.markup import escape
+
+    from checks.judge import judge
+    from monitor.aggregate.profile import store_profile
+
+    if fmt not in ("table", "json"):
+        fail(f"--format: must be table or json, got {fmt!r}")
+    cfg = load_config()
+    store = open_store(cfg)
+    chosen = [s for s in cfg.services if service in (None, s.name)]
+    if service is not None and not chosen:
+        fail(f"--service: no service named {service!r}")
+    table = Table(title="reference profiles")
+    for col in ("service", "rows", "fields", "fingerprint", "source"):
+        table.add_column(col)
+    concerns = Table(title="reference concerns: what to fix before trusting it")
+    for col in ("service", "field", "concern", "seen", "suggested fix"):
+        concerns.add_column(col, overflow="fold")
+    built = []
+    for svc in chosen:
+        if svc.reference is None:
+            err.print(f"[yellow]skipped:[/] service {escape(svc.name)} has no reference configured")
+            continue
+        try:
+            profile = store_profile(store, svc)
+        except (OSError, ValueError) as exc:
+            fail(f"service {svc.name}: cannot profile {svc.reference.path}: {exc}")
+        found = judge(profile, svc.check_params())
+        built.append({"service": svc.name, "rows": profile.rows, "fields": list(profile.fields),
+                      "fingerprint": profile.fingerprint, "source": str(svc.reference.path),
+                      "concerns": [c.as_dict() for c in found]})
+        table.add_row(escape(svc.name), f"{profile.rows:,}", escape(", ".join(profile.fields)), profile.fingerprint,
+                      escape(str(svc.reference.path)))
+        for c in found:
+            concerns.add_row(escape(svc.name), escape(c.field or "(reference)"), c.kind, escape(c.detail),
+                             escape(c.fix))
+    if fmt == "json":
+        print(json.dumps(built, indent=2))
+        return
+    out.print(table)
+    if concerns.row_count:
+        out.print(concerns)
