@@ -142,7 +142,6 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     held, blocks, frozen = _Held(store, service), _Blocks(), _Frozen(store, service)
     served = accepted_history(store, service, accepted) if accepted is not None else None
     breached: dict[tuple[str, timedelta], datetime] = {}  # (version, length) -> its first breaching window
-    stored = _StoredRuns(store, service)
     if not windows:
         return out
     regressions = _Regressions(store, service, min(baseline_ranges(s, e, baseline_kind, anchors.lag)[0][0]
@@ -166,7 +165,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
             merged = _clumps(parts, blocks.merge(parts, [(start, end)]))
             ends = anchors.anchors_of(version, start, end - start)
             key = (version, end - start)
-            if key not in breached and (run := stored.first(version, start, end - start)) is not None:
+            if key not in breached and (run := regressions.first(version, start, end - start)) is not None:
                 breached[key] = run
             provisional = breached.get(key)
             if provisional is not None:
@@ -213,35 +212,10 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
 _Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segment, the decoded partial
 
 
-class _StoredRuns:
-    """The runs of breaching all-traffic windows that earlier ticks scored, read once per (version, length)
-    in one score() call: the window checks' stored breaches in the RUN_LOOKBACK before its first window."""
-
-    def __init__(self, store: Store, service: str) -> None:
-        self.store, self.service = store, service
-        self.read: set[tuple[str, timedelta]] = set()
-
-    def first(self, version: str, start: datetime, size: timedelta) -> datetime | None:
-        """The first window of the unbroken run of breaching windows of `version` and length `size` that
-        ends at `start`; None when the window before `start` did not breach, or on a later call for the
-        same version and length (the call's own windows carry the run on from there)."""
-        if (version, size) in self.read:
-            return None
-        self.read.add((version, size))
-        with self.store.transaction() as session:
-            found = self.store.load_findings(session, self.service, since=start - RUN_LOOKBACK, until=start,
-                                             model_version=version, status="breach")
-        starts = {f["window_start"] for f in found if f["window_end"] - f["window_start"] == size
-                  and f["check"] in WINDOW_CHECKS and "segment" not in (f["labels"] or {})}
-        first = None
-        while start - size in starts:
-            first = start = start - size
-        return first
-
-
 class _Regressions:
     """The all-traffic windows that breached, per version and length: stored by earlier ticks in
-    [since, until), then as this score() call scores them. Their buckets are no baseline: once a fault
+    [since, until), then as this score() call scores them. A run of them that earlier ticks scored holds
+    the baseline at its first (`first`); their buckets are no baseline (`holds`): once a fault
     ends, the history it left behind would make the traffic that came back look like a regression (a
     rollback's healthy predictions drifting from a day that held the fault's)."""
 
@@ -252,6 +226,22 @@ class _Regressions:
         for f in found:
             if f["check"] in WINDOW_CHECKS and "segment" not in (f["labels"] or {}):
                 self.starts[(f["model_version"], f["window_end"] - f["window_start"])].add(f["window_start"])
+        self.asked: set[tuple[str, timedelta]] = set()
+
+    def first(self, version: str, start: datetime, size: timedelta) -> datetime | None:
+        """The first window of the unbroken run of stored breaching windows of `version` and length `size`
+        that ends at `start` (RUN_LOOKBACK back at most); None when the window before `start` did not
+        breach, or on a later call for the same version and length (the call's own windows carry the run
+        on from there)."""
+        if (version, size) in self.asked:
+            return None
+        self.asked.add((version, size))
+        # Asked at the version's first window of that length, before this call scored any of them: only
+        # earlier ticks' breaches are in `starts` before `start`.
+        starts, limit, first = self.starts.get((version, size), set()), start - RUN_LOOKBACK, None
+        while start - size >= limit and start - size in starts:
+            first = start = start - size
+        return first
 
     def scored(self, version: str, start: datetime, end: datetime, *, breach: bool) -> None:
         """Record this call's score of `version`'s all-traffic window [start, end) (a re-score replaces a
