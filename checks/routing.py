@@ -8,8 +8,9 @@ from checks.base import Finding
 from checks.contract import Count, NonNegative, Positive, Share, check, decide
 from checks.latency import LEVEL, quantile_interval
 from checks.stats import quantile_needed
+from monitor.aggregate import keys
 from monitor.aggregate.fold_service import ROUTING
-from monitor.aggregate.keys import LATENCY, ROUTE
+from monitor.aggregate.keys import LATENCY
 from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
 from monitor.aggregate.sketch import Sketch
@@ -37,7 +38,7 @@ def hotspot(window: Partial, profile: Profile | None, baseline: Partial | None,
     value is folded for all traffic only: a segment's window (latency, none by value) gets the share."""
     out = []
     for name in ROUTING:
-        prefix = f"{ROUTE}{name}="
+        prefix = keys.route(name, "")
         counts = {k.removeprefix(prefix): c for k, c in window.counts.items() if k.startswith(prefix)}
         if not counts:
             continue

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from ddsketch.mapping import LogarithmicMapping
 
 from checks.contract import Contract, Count, declare
+from checks.latency import RATES
 from monitor.aggregate import keys
 from monitor.aggregate.keys import LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import ALL, Partial, merge_all
@@ -25,20 +26,19 @@ from monitor.durations import duration_text
 
 OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, "<": operator.lt, ">=": operator.ge,
                                                   ">": operator.gt}
-# rate name -> (numerator count keys, denominator: 'rows' or 'cache')
-RATES = {
-    "timeout": ((keys.TIMEOUT,), "rows"),
-    "reject": ((keys.REJECTED,), "rows"),
-    "rejected": ((keys.REJECTED,), "rows"),
-    "failure": ((keys.ERROR,), "rows"),
-    "error": ((keys.ERROR,), "rows"),
-    "non-ok": ((keys.ERROR, keys.TIMEOUT, keys.REJECTED), "rows"),
+# The rates an objective may name -> (numerator count keys, denominator: 'rows' or 'cache'): the latency
+# check's rates, their other spellings, their sum and the cache's.
+RULE_RATES = {
+    **{name: ((key,), "rows") for name, key in RATES.items()},
+    "rejected": ((RATES["reject"],), "rows"),
+    "error": ((RATES["failure"],), "rows"),
+    "non-ok": (tuple(RATES.values()), "rows"),
     "cache hit": ((keys.cache_hit(),), "cache"),
     "cache miss": ((keys.cache_miss(),), "cache"),
 }
 _LATENCY = re.compile(r"^\s*(p\d+(?:\.\d+)?|mean)\s+(?:([A-Za-z0-9_.-]+)\s+)?latency\s*(<=|<|>=|>)\s*"
                       r"(\d+(?:\.\d+)?)\s*(ms|s)\s*$", re.I)
-_RATE = re.compile(r"^\s*(" + "|".join(sorted(RATES, key=len, reverse=True)) + r")\s+rate\s*(<=|<|>=|>)\s*"
+_RATE = re.compile(r"^\s*(" + "|".join(sorted(RULE_RATES, key=len, reverse=True)) + r")\s+rate\s*(<=|<|>=|>)\s*"
                    r"(\d+(?:\.\d+)?)\s*(%?)\s*$", re.I)
 _MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 TAIL_SAMPLES = 10  # a quantile q needs TAIL_SAMPLES / (1 - q) values to be measured
@@ -111,7 +111,7 @@ def parse_objective(text: str) -> Objective:
             raise ValueError(f"SLO {text!r}: a rate must be between 0 and 1 (or 0% and 100%)")
         return Objective(text, "rate", op, share, rate=rate.lower())
     raise ValueError(f"cannot read SLO {text!r}; write e.g. 'p95 total latency <= 100 ms', "
-                     f"'timeout rate <= 0.5%' (rates: {', '.join(RATES)})")
+                     f"'timeout rate <= 0.5%' (rates: {', '.join(RULE_RATES)})")
 
 
 def measure(objective: Objective, part: Partial, min_n: int | None = None) -> Measure:
@@ -125,7 +125,7 @@ def measure(objective: Objective, part: Partial, min_n: int | None = None) -> Me
         need = min_n or (int(round(TAIL_SAMPLES / (1 - q))) if q is not None else MEAN_MIN_N)
         bad = above(sketch, objective.threshold) / sketch.count if sketch.count else None
         return Measure(value, sketch.count, bad, sketch.count >= need and value is not None)
-    numerators, denominator = RATES[objective.rate]
+    numerators, denominator = RULE_RATES[objective.rate]
     n = part.rows if denominator == "rows" else part.counts[keys.cache_hit()] + part.counts[keys.cache_miss()]
     value = sum(part.counts[k] for k in numerators) / n if n else None
     bad = None if value is None else (value if objective.op in ("<=", "<") else 1 - value)
