@@ -243,7 +243,7 @@ def _breaches(store: Store, truth, limit: int = 10) -> Table | str:
     """Breaching findings of the 15-minute windows, one line per check and labels, earliest first."""
     with store.transaction() as session:
         # All traffic only: the per-segment findings repeat the same story once per segment.
-        rows = [f for f in store.load_findings(session, "churn")
+        rows = [f for f in store.findings.load(session, "churn")
                 if f["status"] == "breach" and f["window_end"] - f["window_start"] == DEMO_WINDOW
                 and "segment" not in f["labels"]]
     if not rows:
@@ -283,7 +283,7 @@ def _hourly(store: Store, truth) -> Table:
     """Stored bucket counts rolled up per hour and model version: what a window sees."""
     start, end = pd.Timestamp(truth.start).to_pydatetime(), pd.Timestamp(truth.end).to_pydatetime()
     with store.transaction() as session:
-        rows = store.load_partials(session, "churn", start - timedelta(hours=1), end + timedelta(hours=1), segment=ALL)
+        rows = store.partials.load(session, "churn", start - timedelta(hours=1), end + timedelta(hours=1), segment=ALL)
     per: dict[tuple[datetime, str], Partial] = {}
     for row in rows:
         key = (row.bucket_start.replace(minute=0, second=0, microsecond=0), row.model_version)

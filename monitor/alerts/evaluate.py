@@ -27,8 +27,9 @@ from monitor.alerts.samples import eval_windows, service_samples
 from monitor.alerts.silence import muted_by
 from monitor.config import Alerts, Config
 from monitor.verdicts.windows import MAX_RESCORED, floor_to
+from storage.database import utc
 from storage.models import AlertCursor, AlertState, Incident
-from storage.store import Store, utc
+from storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def missed_closes(config: Config, store: Store, now: datetime) -> list[datetime]
                 first = floor_to(utc(cursor.updated_at) - lateness, size) + size
             else:
                 # The first window of the shortest length scored: a longer one may start before any data.
-                scored = [s for _, s, e in store.scored_since(session, service.name, 0, now)[0] if e - s == size]
+                scored = [s for _, s, e in store.findings.scored_since(session, service.name, 0, now)[0] if e - s == size]
                 if not scored:
                     continue
                 first = min(scored) + size
@@ -117,7 +118,7 @@ def _apply(session, store: Store, samples: list[Sample], services: set[str], set
             alerts[fp] = new
     _save_alerts(session, alerts.values(), settings, now)
 
-    silences = store.load_silences(session, now)
+    silences = store.silences.load(session, now)
     firing = [a for a in alerts.values() if a.state == "firing"]
     groups: dict[str, list[Alert]] = defaultdict(list)
     for a in alerts.values():

@@ -15,8 +15,9 @@ from sqlalchemy import select
 from monitor.alerts.alert import DRIFT, REGRESSION, SEVERITY_RANK, Alert
 from monitor.alerts.render import render, route
 from monitor.config import Alerts
+from storage.database import utc
 from storage.models import Incident, Outbox, VerdictRow, dumps
-from storage.store import Store, utc
+from storage.store import Store
 
 
 def group_labels(labels: Mapping[str, str], group_by: Sequence[str]) -> dict[str, str]:

@@ -22,8 +22,11 @@ from monitor.verdicts.verdict import (
     episode_signals,
     is_service_regression,
 )
+from storage.database import utc
 from storage.models import AlertState, VerdictRow, dumps
-from storage.store import Store, utc
+
+# How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
+from storage.store import Store
 
 # How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
 ONSET_LOOKBACK = timedelta(days=7)
@@ -360,7 +363,7 @@ def load_onsets(store: Store, service: str, current: Mapping[str, Verdict | None
 
         def back(clear: Window, earlier: Window, version: str = version, family=FAMILY[name]) -> bool:
             with store.transaction() as session:
-                found = [f for f in store.load_findings(session, service, since=clear.start,
+                found = [f for f in store.findings.load(session, service, since=clear.start,
                                                         until=clear.start + timedelta(microseconds=1))
                          if f["model_version"] == version and f["window_end"] == clear.end]
             return not not_back(pre_incident(evidence(version, earlier, family)), found, settings)

@@ -86,7 +86,7 @@ class AdvisoryLock:
                           # Keepalives notice a dead peer on an idle connection; the timeout bounds each check.
                           "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
                           "options": f"-c statement_timeout={PG_LOCK_TIMEOUT_S * 1000}"})
-        self._scrub = store._scrub
+        self.scrub = store.scrub
         self._conn: Connection | None = None
         self.held = False
 
@@ -102,7 +102,7 @@ class AdvisoryLock:
                     self._conn.execute(text("SELECT pg_advisory_lock(:f)"), {"f": self.fence_key})
                     self._conn.execute(text("SELECT pg_advisory_unlock(:f)"), {"f": self.fence_key})
             except Exception as exc:
-                log.warning("leader lock: cannot take it: %s", self._scrub(exc))
+                log.warning("leader lock: cannot take it: %s", self.scrub(exc))
                 self._drop()
             return self.held
 
@@ -126,7 +126,7 @@ class AdvisoryLock:
                 "AND granted AND objsubid = 1 AND classid::bigint = :hi AND objid::bigint = :lo"),
                 {"hi": unsigned >> 32, "lo": unsigned & 0xFFFFFFFF}).scalar()
         except Exception as exc:
-            log.error("leader lock: lock connection lost: %s", self._scrub(exc))
+            log.error("leader lock: lock connection lost: %s", self.scrub(exc))
             self._drop()
             return False
         if not owned:
@@ -143,7 +143,7 @@ class AdvisoryLock:
                 self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
             except Exception as exc:
                 log.warning("leader lock: unlock failed (the server drops it with the connection): %s",
-                            self._scrub(exc))
+                            self.scrub(exc))
         self._drop()
 
     def _drop(self) -> None:

@@ -121,9 +121,9 @@ class Daemon:
         last_at, last_status = self._last_tick or (None, None)
         try:
             with jobs.DB_WRITES, self.store.transaction() as session:
-                self.store.beat(session, self.instance, role, self.started_at, datetime.now(UTC), last_at, last_status)
+                self.store.heartbeats.beat(session, self.instance, role, self.started_at, datetime.now(UTC), last_at, last_status)
         except Exception as exc:  # a heartbeat row is informative; the probe and the watchdog do not need it
-            log.warning("cannot store heartbeat", extra={"error": self.store._scrub(exc)})
+            log.warning("cannot store heartbeat", extra={"error": self.store.scrub(exc)})
 
     def _record(self, job: str, kind: str, message: str) -> None:
         # On its own thread: it waits for a running tick (jobs.DB_WRITES) without holding up the scheduler.

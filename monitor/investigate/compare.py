@@ -16,8 +16,9 @@ from monitor.aggregate.partial import ALL, Partial
 from monitor.aggregate.profile import Profile
 from monitor.config import Constraint, Service
 from monitor.investigate import history, query
+from storage.database import utc
 from storage.models import BucketPartial
-from storage.store import Store, utc
+from storage.store import Store
 
 
 @dataclass(frozen=True)

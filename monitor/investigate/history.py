@@ -22,8 +22,9 @@ from monitor.aggregate.keys import LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.aggregate.sketch import Sketch
 from monitor.investigate.query import QueryError, _range, _utc_columns
+from storage.database import utc
 from storage.models import BucketPartial
-from storage.store import Store, utc
+from storage.store import Store
 
 SIGNAL_PREFIX = keys.signal("")
 

@@ -17,8 +17,9 @@ import pandas as pd
 from sqlalchemy import func, select
 
 from storage import models
+from storage.database import utc
 from storage.models import FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
-from storage.store import Store, utc
+from storage.store import Store
 
 FINDING_COLUMNS = ("id", "check", "status", "window_start", "window_end", "model_version", "labels", "value",
                    "baseline", "effect", "n", "interval_low", "interval_high", "p_value", "detail")

@@ -16,7 +16,8 @@ import pandas as pd
 
 from monitor.investigate.query import QueryError
 from storage import models
-from storage.store import SQL_READER_ROLE, Store, StoreError
+from storage.database import SQL_READER_ROLE, StoreError
+from storage.store import Store
 
 SQL_MAX_ROWS = 10_000
 SQL_TIMEOUT_S = 30

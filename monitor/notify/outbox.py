@@ -17,8 +17,9 @@ from sqlalchemy import select
 
 from monitor.config import Config, ConfigError
 from monitor.notify.slack import SendResult, SlackSender, make_client
+from storage.database import utc
 from storage.models import Incident, Outbox
-from storage.store import Store, utc
+from storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
     if why:
         # Loud on every drain: the messages wait in the outbox, and nothing else would say why.
         with store.transaction() as session:
-            pending = store.outbox_depth(session)
+            pending = store.outbox.depth(session)
         log.error("notifications undeliverable: %s; %d waiting in the outbox", why, pending,
                   extra={"reason": why, "pending": pending})
         report.note = report.undeliverable = why
