@@ -83,7 +83,8 @@ def table_names() -> list[str]:
     return [t.name for t in Base.metadata.sorted_tables]
 
 
-def _utc_now() -> datetime:
+def utc_now() -> datetime:
+    """The wall clock, in UTC (the store's default clock)."""
     return datetime.now(UTC)
 
 
@@ -97,7 +98,7 @@ class Database:
         password: str | None = None,
         *,
         connect_args: dict[str, Any] | None = None,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self._secrets = [password] if password else []
         try:

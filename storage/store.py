@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from storage.alerts import Alerts, Incidents, Silences
-from storage.database import Database
+from storage.database import Database, utc_now
 from storage.findings import Findings, Verdicts
 from storage.labels import Labels
 from storage.offsets import JoinBuffer, Offsets, Quarantine
@@ -18,10 +20,11 @@ from storage.versions import Versions
 class Store(Database):
     """A tailwatch database and its repositories; each repository reads the store's `clock`."""
 
-    def __init__(self, url: str, password: str | None = None, **kwargs: Any) -> None:
-        super().__init__(url, password, **kwargs)
+    def __init__(self, url: str, password: str | None = None, *, connect_args: dict[str, Any] | None = None,
+                 clock: Callable[[], datetime] = utc_now) -> None:
+        super().__init__(url, password, connect_args=connect_args, clock=clock)
 
-        def clock():
+        def clock() -> datetime:
             return self.clock()  # looked up at each call: a test may set `store.clock`
 
         self.offsets = Offsets(clock)

@@ -23,24 +23,20 @@ def alerts_list(
 ) -> None:
     """List active (pending and firing) alerts with their verdict, since when, what mutes them, and whether
     their notifications went out."""
-    from sqlalchemy import select
-
     from monitor.alerts.alert import Alert
     from monitor.alerts.silence import muted_by
     from monitor.notify import undeliverable
-    from storage.models import AlertState, Outbox
 
     cfg = load_config()
     store = open_store(cfg)
     clock = parse_now(now)
     why = undeliverable(cfg)
     with store.transaction() as session:
-        rows = list(session.scalars(select(AlertState).order_by(AlertState.service, AlertState.alertname)))
+        rows = store.alerts.load(session, by_name=True)
         silences = store.silences.load(session, clock)
         incidents = store.incidents.load(session, status="open")
         by_group = {i["fingerprint"]: i["id"] for i in incidents}
-        items = session.execute(select(Outbox.incident_id, Outbox.status, Outbox.last_error).where(
-            Outbox.incident_id.in_(list(by_group.values()))).order_by(Outbox.id)).all() if by_group else []
+        items = store.outbox.of_incidents(session, list(by_group.values()))
     outbox: dict[int, list] = {}
     for incident_id, status, last_error in items:
         outbox.setdefault(incident_id, []).append((status, last_error))

@@ -43,7 +43,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from sqlalchemy.orm import Session
 
 from monitor.config import Config, FileSource, Service
 from monitor.daemon import jobs
@@ -55,6 +54,7 @@ from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.files import DirectorySource
 from monitor.ingest.sources.jsonl import parse_jsonl
 from monitor.ingest.validate import _from_epoch
+from storage.database import Session
 from storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from monitor.config import Config
 from monitor.daemon import jobs, leader, scheduler
 from monitor.daemon.health import Health, Metrics, serve
 from monitor.notify import undeliverable
+from storage.lock import for_store
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Daemon:
         self.metrics = Metrics()
         self.health = Health(store, d.heartbeat_max_age.total_seconds(), self.metrics,
                              notifications=lambda: undeliverable(config))
-        self.lock = leader.for_store(store, d.lock_key)
+        self.lock = for_store(store, d.lock_key)
         self.fenced = leader.Fenced(store, self.lock)  # what the jobs write through
         self.stop = threading.Event()
         self.started_at = datetime.now(UTC)

@@ -16,8 +16,9 @@ from sqlalchemy import create_engine, text
 from test_daemon import free_port, get, metric, samples
 
 from monitor import config as config_mod
-from monitor.daemon.leader import AdvisoryLock, Fenced, FileLeaderLock, LeaderLost, for_store
+from monitor.daemon.leader import Fenced
 from monitor.daemon.service import Daemon
+from storage.lock import AdvisoryLock, FileLeaderLock, LeaderLost, for_store
 from storage.store import Store
 
 HANDOVER_BOUND_S = 10  # lock_retry 0.5 s, plus a follower's start-up under a loaded CI machine
