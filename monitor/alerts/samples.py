@@ -7,8 +7,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from checks.rules import RuleResult, evaluate, partial_loader
 from monitor.alerts.alert import (
     ACTIVE_STATES,
@@ -43,7 +41,7 @@ from monitor.verdicts.verdict import (
     is_service_regression,
 )
 from monitor.verdicts.windows import floor_to
-from storage.models import AlertCursor, AlertState, dumps
+from storage.jsontext import dumps
 from storage.operations import TickRecord
 from storage.store import Store
 
@@ -200,7 +198,7 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
     rule_results = [(rule, evaluate(rule, load, end, end - start)) for rule in service.rules]
     with store.transaction() as session:
         versions = store.versions.load(session, name)
-        cursor = session.get(AlertCursor, name)
+        cursor = store.alerts.cursor(session, name)
         windows, last_tick = store.findings.scored_since(session, name, cursor.last_tick_id if cursor else 0, now)
         by_length = [[f for f in store.findings.load(session, name, since=a, until=a + timedelta(microseconds=1))
                       if f["window_end"] == b] for a, b in lengths]
@@ -208,9 +206,8 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
         # The daemon's job errors and missed runs (process-wide) during the evaluated window.
         job_events = store.job_events.load(session, start, now + timedelta(microseconds=1))
         # Versions whose verdict alert is pending or firing: each gets a sample, with traffic or without.
-        active = {(r.alertname, (r.labels or {}).get("model_version")): r for r in session.scalars(
-            select(AlertState).where(AlertState.service == name, AlertState.alertname.in_((REGRESSION, DRIFT)),
-                                     AlertState.state.in_(ACTIVE_STATES)))}
+        active = {(r.alertname, (r.labels or {}).get("model_version")): r for r in store.alerts.load(
+            session, name, alertnames=(REGRESSION, DRIFT), states=ACTIVE_STATES)}
         # The newest window each active alert breached on or was held in (not back within its baseline).
         last_active_end = {key: max(datetime.fromisoformat(r.annotations[k]) for k in ("window_end", "held_end")
                                     if r.annotations.get(k))
@@ -247,11 +244,7 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
         before[w_start] = (Window(w_start, w_end, v.verdict, v.rows), stored_signals(v.verdict, v.evidence))
     with store.transaction() as session:
         store.verdicts.upsert(session, [v.to_row() for v in verdicts.values()])
-        row = session.get(AlertCursor, name)
-        if row is None:
-            session.add(AlertCursor(service=name, last_tick_id=last_tick, updated_at=now))
-        else:
-            row.last_tick_id, row.updated_at = last_tick, now
+        store.alerts.save_cursor(session, name, last_tick, now)
     report.verdicts += [{"service": name, "model_version": v.model_version, "window_start": v.window_start.isoformat(),
                          "window_end": v.window_end.isoformat(), "verdict": v.verdict, "summary": v.summary}
                         for v in verdicts.values()]
