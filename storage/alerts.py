@@ -9,12 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from storage.database import Repository, as_dict, between
-from storage.models import (
-    AlertCursor,
-    AlertState,
-    Incident,
-    Silence,
-)
+from storage.models import AlertCursor, AlertState, Incident, Silence
 
 
 class Alerts(Repository):

@@ -10,12 +10,7 @@ from sqlalchemy.orm import Session
 
 from storage.database import Repository, as_dict, between, utc
 from storage.jsontext import dumps, labels_key
-from storage.models import (
-    FindingRow,
-    Tick,
-    VerdictRow,
-    finite_or_none,
-)
+from storage.models import FindingRow, Tick, VerdictRow, finite_or_none
 
 FINDING_REQUIRED = ("service", "check", "model_version", "window_start", "window_end", "status")
 FINDING_OPTIONAL = (

@@ -11,10 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from storage.database import Repository, utc
-from storage.models import (
-    LabelRow,
-    ScoredPrediction,
-)
+from storage.models import LabelRow, ScoredPrediction
 
 
 def _parts(items: list, size: int) -> Iterator[list]:

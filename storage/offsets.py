@@ -13,13 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from storage.database import Repository, as_dict, between
-from storage.models import (
-    EXCERPT_MAX_CHARS,
-    JoinPending,
-    QuarantineRow,
-    SourceOffset,
-    UTCDateTime,
-)
+from storage.models import EXCERPT_MAX_CHARS, JoinPending, QuarantineRow, SourceOffset, UTCDateTime
 
 _OFFSET_COLUMNS = ("source", "file_key", "path", "offset", "line", "cursor", "fingerprint", "size")
 

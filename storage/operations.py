@@ -10,14 +10,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from storage.database import Repository, between
-from storage.models import (
-    BackfillProgress,
-    DaemonHeartbeat,
-    JobEvent,
-    Outbox,
-    QuarantineRow,
-    Tick,
-)
+from storage.models import BackfillProgress, DaemonHeartbeat, JobEvent, Outbox, QuarantineRow, Tick
 
 TICK_STATUSES = ("running", "ok", "error")
 TICK_COUNTS = ("rows_read", "accepted", "quarantined", "joined", "unmatched", "duplicates")

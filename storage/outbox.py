@@ -9,9 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from storage.database import Repository
-from storage.models import (
-    Outbox as OutboxRow,
-)
+from storage.models import Outbox as OutboxRow
 
 
 class Outbox(Repository):

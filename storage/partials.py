@@ -10,10 +10,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from storage.database import Repository, utc
-from storage.models import (
-    BucketPartial,
-    ReferenceProfile,
-)
+from storage.models import BucketPartial, ReferenceProfile
 from storage.rows import PartialRow
 
 _PARTIALS = BucketPartial.__table__

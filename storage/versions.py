@@ -9,10 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from storage.database import Repository, utc
-from storage.models import (
-    VersionAccepted,
-    VersionSeen,
-)
+from storage.models import VersionAccepted, VersionSeen
 
 
 class Versions(Repository):
