@@ -127,7 +127,7 @@ def main() -> None:
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         year_steps = 365 * 86400 / _seconds(args.step)
         with store.transaction() as session:
-            quarantined = store.quarantine_counts(session, "svc")
+            quarantined = store.quarantine.counts(session, "svc")
         totals = _totals(store)
         print(json.dumps({
             "days": args.days, "from_day": args.from_day, "written": written, "step": args.step, "steps": result.steps, "done": result.done,

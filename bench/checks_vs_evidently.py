@@ -249,14 +249,14 @@ def _fold_upsert(store, frame: pd.DataFrame, sch, profile) -> None:
 
     parts = fold(frame, BUCKET, [], timed=False, schema=sch, profile=profile)
     with store.transaction(durable=False) as session:  # as monitor.daemon.runner's ingest step commits
-        store.upsert_partials(session, SERVICE, parts, merge_bytes)
+        store.partials.upsert(session, SERVICE, parts, merge_bytes)
 
 
 def _stored_counts(store) -> dict:
     from monitor.aggregate.partial import Partial
 
     with store.transaction() as session:
-        rows = store.load_partials(session, SERVICE, START - timedelta(days=1), START + timedelta(days=1))
+        rows = store.partials.load(session, SERVICE, START - timedelta(days=1), START + timedelta(days=1))
     out = {}
     for r in rows:
         p = Partial.from_bytes(r.payload)
@@ -326,7 +326,7 @@ def history(work: Path) -> dict:
                            template.payload) for i in range(n)]
         for first in range(0, n, 2000):
             with store.transaction() as session:
-                store.upsert_partials(session, SERVICE, rows[first:first + 2000], lambda a, b: b)
+                store.partials.upsert(session, SERVICE, rows[first:first + 2000], lambda a, b: b)
         stores[days] = (store, db, n)
     found = {}
     for days, (store, _, _) in stores.items():

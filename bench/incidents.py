@@ -309,8 +309,8 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
     store = Store(f"sqlite:///{out / 'tailwatch.db'}")
     try:
         with store.transaction() as session:
-            incidents = store.load_incidents(session, service)
-            verdicts = store.load_verdicts(session, service)
+            incidents = store.incidents.load(session, service)
+            verdicts = store.verdicts.load(session, service)
     finally:
         store.dispose()
     return truth, incidents, verdicts, None if mode == "live" else middle, time.perf_counter() - started

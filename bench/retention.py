@@ -54,7 +54,7 @@ def main() -> None:
         start = pd.Timestamp(truth.start).to_pydatetime()
         jobs.tick_job(cfg, store, end + timedelta(minutes=30))
         with store.transaction() as session:
-            hour = store.load_partials(session, "churn", start, start + timedelta(hours=1))
+            hour = store.partials.load(session, "churn", start, start + timedelta(hours=1))
         rows_in_hour = sum(r.rows for r in hour if r.segment == "")
         per_bucket = sum(len(r.payload) for r in hour) / len({r.bucket_start for r in hour})
 
@@ -68,7 +68,7 @@ def main() -> None:
                 rows += [PartialRow(r.model_version, r.bucket_start + shift, r.bucket_seconds, r.segment, r.rows,
                                     r.payload) for r in hour]
             with month.transaction() as session:
-                month.upsert_partials(session, "churn", rows, lambda a, b: b)
+                month.partials.upsert(session, "churn", rows, lambda a, b: b)
         before = _size(db), _count(db)
         now = start + timedelta(days=args.days)
         t = time.perf_counter()
@@ -78,7 +78,7 @@ def main() -> None:
         # What one day weighs in each tier: its 5-min payloads, its hourly ones, and their merge into one day.
         day0 = start + timedelta(days=1)
         with month.transaction() as session:
-            hourly = month.load_partials(session, "churn", day0 - timedelta(days=1), day0, bucket_seconds=3600)
+            hourly = month.partials.load(session, "churn", day0 - timedelta(days=1), day0, bucket_seconds=3600)
         by_segment: dict = {}
         for r in hourly:
             by_segment.setdefault((r.model_version, r.segment), []).append(Partial.from_bytes(r.payload))

@@ -33,7 +33,7 @@ class Finding:
 
     def to_row(self, service: str, model_version: str, window_start: datetime, window_end: datetime,
                tick_id: int | None = None) -> dict[str, Any]:
-        """The finding as a row for Store.upsert_findings."""
+        """The finding as a row for Store.findings.upsert."""
         low, high = self.interval if self.interval is not None else (None, None)
         return {"tick_id": tick_id, "service": service, "check": self.check, "model_version": model_version,
                 "window_start": window_start, "window_end": window_end, "labels": dict(self.labels),

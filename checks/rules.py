@@ -191,7 +191,7 @@ def partial_loader(store, service: str) -> Callable[[datetime, datetime], Partia
 
     def load(start: datetime, end: datetime) -> Partial:
         with store.transaction() as session:
-            rows = store.load_partials(session, service, start, end, segment=ALL)
+            rows = store.partials.load(session, service, start, end, segment=ALL)
         return merge_all(Partial.from_bytes(r.payload) for r in rows)
 
     return load

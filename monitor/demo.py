@@ -182,13 +182,11 @@ VERDICT_STYLE = {"healthy": "green", "slower": "red", "worse": "magenta", "both"
 
 def _verdicts(store: Store, truth) -> Table:
     """The verdict of each 15-minute window, runs of the same verdict folded into one line."""
-    from storage.models import VerdictRow
-
     with store.transaction() as session:
-        rows = session.query(VerdictRow).filter(VerdictRow.service == "churn").order_by(
-            VerdictRow.window_start, VerdictRow.model_version).all()
-        rows = [(r.window_start, r.window_end, r.model_version, r.verdict + (" (estimated)" if r.estimated else ""),
-                 r.summary) for r in rows if r.window_end - r.window_start == DEMO_WINDOW]
+        rows = store.verdicts.search(session, "churn")
+    rows = [(r["window_start"], r["window_end"], r["model_version"],
+             r["verdict"] + (" (estimated)" if r["estimated"] else ""), r["summary"])
+            for r in rows if r["window_end"] - r["window_start"] == DEMO_WINDOW]
     onset = _onset(truth)
     table = Table(title="verdict per 15-minute window")
     for col in ("from", "to", "version", "verdict", "why"):
@@ -212,11 +210,8 @@ def _verdicts(store: Store, truth) -> Table:
 def _incidents(store: Store) -> list[Panel]:
     """Each incident as the Slack message on-call would get (the demo has no Slack: this is the outbox)."""
     from monitor.alerts.render import render
-    from storage.models import Incident
-
     with store.transaction() as session:
-        incidents = [{c.name: getattr(i, c.name) for c in Incident.__table__.columns}
-                     for i in session.query(Incident).filter(Incident.service == "churn").order_by(Incident.id)]
+        incidents = store.incidents.load(session, "churn")[::-1]  # oldest first
     panels = []
     for incident in incidents[:3]:
         message = render(incident, "post", "open", None)
@@ -243,7 +238,7 @@ def _breaches(store: Store, truth, limit: int = 10) -> Table | str:
     """Breaching findings of the 15-minute windows, one line per check and labels, earliest first."""
     with store.transaction() as session:
         # All traffic only: the per-segment findings repeat the same story once per segment.
-        rows = [f for f in store.load_findings(session, "churn")
+        rows = [f for f in store.findings.load(session, "churn")
                 if f["status"] == "breach" and f["window_end"] - f["window_start"] == DEMO_WINDOW
                 and "segment" not in f["labels"]]
     if not rows:
@@ -283,7 +278,7 @@ def _hourly(store: Store, truth) -> Table:
     """Stored bucket counts rolled up per hour and model version: what a window sees."""
     start, end = pd.Timestamp(truth.start).to_pydatetime(), pd.Timestamp(truth.end).to_pydatetime()
     with store.transaction() as session:
-        rows = store.load_partials(session, "churn", start - timedelta(hours=1), end + timedelta(hours=1), segment=ALL)
+        rows = store.partials.load(session, "churn", start - timedelta(hours=1), end + timedelta(hours=1), segment=ALL)
     per: dict[tuple[datetime, str], Partial] = {}
     for row in rows:
         key = (row.bucket_start.replace(minute=0, second=0, microsecond=0), row.model_version)

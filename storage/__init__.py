@@ -1,1 +1,2 @@
-"""Persistence: SQLAlchemy models, the store, alembic migrations."""
+"""Persistence: the database, its migrations, and one repository per aggregate (the only package that
+reaches the database)."""

@@ -25,7 +25,7 @@ def stored_rows(store, service: str = "churn") -> int:
     from monitor.aggregate.partial import ALL, Partial
 
     with store.transaction() as s:
-        rows = store.load_partials(s, service, datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC),
+        rows = store.partials.load(s, service, datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC),
                                    segment=ALL)
     return sum(Partial.from_bytes(r.payload).rows for r in rows)
 

@@ -470,8 +470,8 @@ def store_profile(store, service) -> Profile:
     """Build the profile of `service`'s configured reference file and store it (replacing the old one)."""
     profile = build_profile(read_reference(service.reference.path), service.schema_)
     with store.transaction() as session:
-        store.save_profile(session, service.name, profile.fingerprint, str(service.reference.path),
-                           profile.rows, profile.to_json())
+        store.profiles.save(session, service.name, profile.fingerprint, str(service.reference.path),
+                            profile.rows, profile.to_json())
     return profile
 
 
@@ -479,7 +479,7 @@ def stored_profile(store, service) -> tuple[Profile | None, str | None]:
     """The service's stored profile, built and stored first if a reference is configured but none is
     stored yet; with a note saying what happened (None when nothing needed saying)."""
     with store.transaction() as session:
-        row = store.load_profile(session, service.name)
+        row = store.profiles.load(session, service.name)
         text = row.profile if row is not None else None
     if text is not None:
         return Profile.from_json(text), None

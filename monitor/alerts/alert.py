@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.verdicts.verdict import HARMFUL
-from storage.models import dumps
+from storage.jsontext import dumps
 
 REGRESSION, DRIFT, NO_DATA, ERROR = "ModelRegression", "InputDrift", "no_data", "error"
 SEVERITY_RANK = {"page": 0, "warn": 1, "info": 2}

@@ -18,8 +18,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-
 from monitor.alerts.alert import ACTIVE_STATES, Alert, AlertsReport, Sample, fingerprint
 from monitor.alerts.group import Action, OpenIncident, dispatch, group_labels, notify_group, span_incident
 from monitor.alerts.lifecycle import transition
@@ -27,8 +25,8 @@ from monitor.alerts.samples import eval_windows, service_samples
 from monitor.alerts.silence import muted_by
 from monitor.config import Alerts, Config
 from monitor.verdicts.windows import MAX_RESCORED, floor_to
-from storage.models import AlertCursor, AlertState, Incident
-from storage.store import Store, utc
+from storage.database import utc
+from storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +58,12 @@ def missed_closes(config: Config, store: Store, now: datetime) -> list[datetime]
         start, end = eval_windows(service, now)[0]
         size, lateness = end - start, service.join.lateness
         with store.transaction() as session:
-            cursor = session.get(AlertCursor, service.name)
+            cursor = store.alerts.cursor(session, service.name)
             if cursor is not None:  # the window after the one its last evaluation saw
                 first = floor_to(utc(cursor.updated_at) - lateness, size) + size
             else:
                 # The first window of the shortest length scored: a longer one may start before any data.
-                scored = [s for _, s, e in store.scored_since(session, service.name, 0, now)[0] if e - s == size]
+                scored = [s for _, s, e in store.findings.scored_since(session, service.name, 0, now)[0] if e - s == size]
                 if not scored:
                     continue
                 first = min(scored) + size
@@ -88,17 +86,17 @@ def _evaluate(config: Config, store: Store, now: datetime) -> AlertsReport:
     return report
 
 
-def _load_alerts(session) -> dict[str, Alert]:
+def _load_alerts(session, store: Store) -> dict[str, Alert]:
     return {r.fingerprint: Alert(r.fingerprint, dict(r.labels or {}), r.state, r.active_since, r.fired_at,
                                  r.resolved_at, r.last_active_at, r.last_eval_at, dict(r.annotations or {}),
                                  r.keep_firing_since)
-            for r in session.scalars(select(AlertState))}
+            for r in store.alerts.load(session)}
 
 
 def _apply(session, store: Store, samples: list[Sample], services: set[str], settings: Alerts, now: datetime,
            report: AlertsReport) -> None:
     """Transition every alert, then dispatch every group, writing states, incidents and outbox items."""
-    alerts = _load_alerts(session)
+    alerts = _load_alerts(session, store)
     seen = set()
     for sample in samples:
         prev = alerts.get(sample.fingerprint)
@@ -115,15 +113,15 @@ def _apply(session, store: Store, samples: list[Sample], services: set[str], set
                 "resolution": "no longer evaluated (its rule was removed, or its labels changed)"}), now)
             report.transitions.append(f"{_describe(alert.labels)}: {alert.state} -> {new.state} (not evaluated: {why})")
             alerts[fp] = new
-    _save_alerts(session, alerts.values(), settings, now)
+    _save_alerts(session, store, alerts.values(), settings, now)
 
-    silences = store.load_silences(session, now)
+    silences = store.silences.load(session, now)
     firing = [a for a in alerts.values() if a.state == "firing"]
     groups: dict[str, list[Alert]] = defaultdict(list)
     for a in alerts.values():
         if a.state in ACTIVE_STATES or a.state == "resolved":
             groups[fingerprint(group_labels(a.labels, settings.group_by))].append(a)
-    open_incidents = {i.fingerprint: i for i in session.scalars(select(Incident).where(Incident.status == "open"))}
+    open_incidents = {i.fingerprint: i for i in store.incidents.load_open(session)}
     for group_fp in sorted(set(groups) | set(open_incidents)):
         members = groups.get(group_fp, [])
         incident = open_incidents.get(group_fp)
@@ -146,13 +144,12 @@ def _apply(session, store: Store, samples: list[Sample], services: set[str], set
     report.pending = sum(a.state == "pending" for a in alerts.values())
 
 
-def _save_alerts(session, alerts, settings: Alerts, now: datetime) -> None:
-    stored = {r.fingerprint: r for r in session.scalars(select(AlertState))}
+def _save_alerts(session, store: Store, alerts, settings: Alerts, now: datetime) -> None:
+    stored = {r.fingerprint: r for r in store.alerts.load(session)}
     for a in alerts:
         row = stored.get(a.fingerprint)
         if row is None:
-            row = AlertState(fingerprint=a.fingerprint)
-            session.add(row)
+            row = store.alerts.add(session, a.fingerprint)
         row.labels, row.state, row.active_since, row.fired_at = a.labels, a.state, a.active_since, a.fired_at
         row.resolved_at, row.last_eval_at, row.annotations = a.resolved_at, a.last_eval_at, a.annotations
         row.last_active_at, row.keep_firing_since, row.updated_at = a.last_active_at, a.keep_firing_since, now

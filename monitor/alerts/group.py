@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-
 from monitor.alerts.alert import DRIFT, REGRESSION, SEVERITY_RANK, Alert
 from monitor.alerts.render import render, route
 from monitor.config import Alerts
-from storage.models import Incident, Outbox, VerdictRow, dumps
-from storage.store import Store, utc
+from storage.alerts import Incident, Incidents
+from storage.database import utc
+from storage.jsontext import dumps
+from storage.store import Store
 
 
 def group_labels(labels: Mapping[str, str], group_by: Sequence[str]) -> dict[str, str]:
@@ -115,11 +115,11 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
     head = _headline(members) if members else None
     verdict = (head.annotations.get("verdict") or head.labels.get("alertname")) if head else "resolved"
     if incident is None:
-        incident = Incident(service=labels.get("service") or (head.labels.get("service", "") if head else ""),
-                            model_version=labels.get("model_version"), verdict=verdict, status="open",
-                            opened_at=min(a.fired_at or now for a in members if a.state == "firing"),
-                            fingerprint=group_fp, group_labels=labels, revision=0, updated_at=now)
-        session.add(incident)
+        incident = store.incidents.add(
+            session, service=labels.get("service") or (head.labels.get("service", "") if head else ""),
+            model_version=labels.get("model_version"), verdict=verdict, status="open",
+            opened_at=min(a.fired_at or now for a in members if a.state == "firing"),
+            fingerprint=group_fp, group_labels=labels, revision=0, updated_at=now)
     incident.revision += 1
     if decision.action != Action.RESOLVE:
         incident.verdict = verdict
@@ -145,12 +145,9 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
     incident.summary = summary
     if incident.model_version:
         # The verdicts of the incident's windows point at it, for `tailwatch explain`.
-        for row in session.scalars(select(VerdictRow).where(
-                VerdictRow.service == incident.service, VerdictRow.model_version == incident.model_version,
-                VerdictRow.window_start >= (incident.first_window_start or incident.opened_at),
-                VerdictRow.window_end <= now, VerdictRow.incident_id.is_(None),
-                VerdictRow.verdict.in_(("slower", "worse", "both", "drift")))):
-            row.incident_id = incident.id
+        store.verdicts.attach(session, incident.id, incident.service, incident.model_version,
+                              incident.first_window_start or incident.opened_at, now,
+                              ("slower", "worse", "both", "drift"))
     if settings.slack is None:
         # No notifier configured: the incident is tracked (`tailwatch alerts` shows it), but nothing is
         # queued that no sender would ever drain.
@@ -161,9 +158,9 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
     for kind in kinds[decision.action]:
         payload = render(incident_view(incident), kind, decision.action, settings.slack)
         key = f"incident:{incident.id}:rev:{incident.revision}:{kind}"
-        session.add(Outbox(dedup_key=key, created_at=now, channel=incident.channel or "", payload=payload,
-                           status="pending", attempts=0, next_attempt_at=decision.due or now,
-                           incident_id=incident.id, kind=kind))
+        store.outbox.add(session, dedup_key=key, created_at=now, channel=incident.channel or "", payload=payload,
+                         status="pending", attempts=0, next_attempt_at=decision.due or now,
+                         incident_id=incident.id, kind=kind)
         written += 1
     session.flush()
     return written
@@ -184,5 +181,4 @@ def span_incident(incident: Incident, members: Sequence[Alert]) -> None:
 
 def incident_view(incident: Incident) -> dict[str, Any]:
     """The incident as the renderer reads it."""
-    cols = [c.key for c in Incident.__table__.columns]
-    return {c: getattr(incident, c) for c in cols}
+    return Incidents.as_dict(incident)

@@ -10,8 +10,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from monitor.alerts.alert import ACTIVE_STATES, FAMILY, Alert, Sample, louder
 from monitor.config import VerdictAlerts
 from monitor.verdicts.verdict import (
@@ -22,8 +20,12 @@ from monitor.verdicts.verdict import (
     episode_signals,
     is_service_regression,
 )
-from storage.models import AlertState, VerdictRow, dumps
-from storage.store import Store, utc
+from storage.alerts import AlertState
+from storage.database import utc
+from storage.jsontext import dumps
+
+# How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
+from storage.store import Store
 
 # How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
 ONSET_LOOKBACK = timedelta(days=7)
@@ -305,13 +307,8 @@ def load_episodes(store: Store, service: str, wanted: Sequence[tuple[str, dateti
         while at < last:  # every window of this length, by its end: exact matches whatever the database
             ends.append(at + length)
             at += length
-        rows = []
         with store.transaction() as session:
-            for i in range(0, len(ends), 500):  # a long backfill step: bounded bound parameters per query
-                rows += session.execute(select(
-                    VerdictRow.window_start, VerdictRow.window_end, VerdictRow.verdict, VerdictRow.rows,
-                    VerdictRow.evidence).where(VerdictRow.service == service, VerdictRow.model_version == version,
-                                               VerdictRow.window_end.in_(ends[i:i + 500]))).all()
+            rows = store.verdicts.ending_at(session, service, version, ends)
         for w_start, w_end, verdict, n, evidence in rows:
             w_start, w_end = utc(w_start), utc(w_end)
             if w_end - w_start == length:
@@ -327,11 +324,7 @@ def load_history(store: Store, service: str, versions: Sequence[str], until: dat
         return {}
     out: dict[str, list[Window]] = defaultdict(list)
     with store.transaction() as session:
-        found = session.execute(select(VerdictRow.model_version, VerdictRow.window_start, VerdictRow.window_end,
-                                      VerdictRow.verdict, VerdictRow.rows).where(
-            VerdictRow.service == service, VerdictRow.model_version.in_(list(versions)),
-            VerdictRow.window_end > until - ONSET_LOOKBACK, VerdictRow.window_end <= until)
-            .order_by(VerdictRow.window_end, VerdictRow.window_start))
+        found = store.verdicts.windows(session, service, list(versions), until - ONSET_LOOKBACK, until)
         for version, start, end, verdict, rows in found:
             out[version].append(Window(utc(start), utc(end), verdict, int(rows or 0)))
     return out
@@ -347,11 +340,8 @@ def load_onsets(store: Store, service: str, current: Mapping[str, Verdict | None
 
     def evidence(version: str, window: Window, family: Sequence[str]) -> list[list[dict[str, Any]]]:
         with store.transaction() as session:
-            rows = session.execute(select(VerdictRow.evidence).where(
-                VerdictRow.service == service, VerdictRow.model_version == version,
-                VerdictRow.window_start == window.start, VerdictRow.verdict.in_(family))
-                .order_by(VerdictRow.window_end)).all()
-        return [list(e or []) for (e,) in rows]
+            rows = store.verdicts.evidence(session, service, version, window.start, tuple(family))
+        return [list(e or []) for e in rows]
 
     for version, v in current.items():
         name = next((n for n, family in FAMILY.items() if v is not None and v.verdict in family), None)
@@ -360,7 +350,7 @@ def load_onsets(store: Store, service: str, current: Mapping[str, Verdict | None
 
         def back(clear: Window, earlier: Window, version: str = version, family=FAMILY[name]) -> bool:
             with store.transaction() as session:
-                found = [f for f in store.load_findings(session, service, since=clear.start,
+                found = [f for f in store.findings.load(session, service, since=clear.start,
                                                         until=clear.start + timedelta(microseconds=1))
                          if f["model_version"] == version and f["window_end"] == clear.end]
             return not not_back(pre_incident(evidence(version, earlier, family)), found, settings)

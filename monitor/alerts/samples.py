@@ -7,8 +7,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from checks.rules import RuleResult, evaluate, partial_loader
 from monitor.alerts.alert import (
     ACTIVE_STATES,
@@ -43,8 +41,9 @@ from monitor.verdicts.verdict import (
     is_service_regression,
 )
 from monitor.verdicts.windows import floor_to
-from storage.models import AlertCursor, AlertState, dumps
-from storage.store import Store, TickRecord
+from storage.jsontext import dumps
+from storage.operations import TickRecord
+from storage.store import Store
 
 
 def effect_severity(v: Verdict, settings: VerdictAlerts) -> str:
@@ -149,7 +148,7 @@ def matured_quality(service: Service, store: Store, now: datetime,
     last = {b - a: b for a, b in lengths}
     out = []
     with store.transaction() as session:
-        coverage = store.load_findings(session, service.name, since=now - q.maturity_horizon - max(q.windows),
+        coverage = store.findings.load(session, service.name, since=now - q.maturity_horizon - max(q.windows),
                                        until=now, check="label_coverage")
         for size in sorted(set(q.windows)):
             newest = max((f["window_end"] for f in coverage if f["window_end"] - f["window_start"] == size
@@ -157,7 +156,7 @@ def matured_quality(service: Service, store: Store, now: datetime,
                           and now - q.maturity_horizon <= f["window_end"] < last.get(size, now)), default=None)
             if newest is None:
                 continue
-            found = store.load_findings(session, service.name, since=newest - size,
+            found = store.findings.load(session, service.name, since=newest - size,
                                         until=newest - size + timedelta(microseconds=1))
             out.append(((newest - size, newest), [f for f in found if f["window_end"] == newest
                                                   and f["check"] in CONFIRMED_QUALITY]))
@@ -198,18 +197,17 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
     load = partial_loader(store, name)
     rule_results = [(rule, evaluate(rule, load, end, end - start)) for rule in service.rules]
     with store.transaction() as session:
-        versions = store.load_versions(session, name)
-        cursor = session.get(AlertCursor, name)
-        windows, last_tick = store.scored_since(session, name, cursor.last_tick_id if cursor else 0, now)
-        by_length = [[f for f in store.load_findings(session, name, since=a, until=a + timedelta(microseconds=1))
+        versions = store.versions.load(session, name)
+        cursor = store.alerts.cursor(session, name)
+        windows, last_tick = store.findings.scored_since(session, name, cursor.last_tick_id if cursor else 0, now)
+        by_length = [[f for f in store.findings.load(session, name, since=a, until=a + timedelta(microseconds=1))
                       if f["window_end"] == b] for a, b in lengths]
-        ticks = store.last_ticks(session, name, limit=settings.source_error_ticks + 1)
+        ticks = store.ticks.last(session, name, limit=settings.source_error_ticks + 1)
         # The daemon's job errors and missed runs (process-wide) during the evaluated window.
-        job_events = store.load_job_events(session, start, now + timedelta(microseconds=1))
+        job_events = store.job_events.load(session, start, now + timedelta(microseconds=1))
         # Versions whose verdict alert is pending or firing: each gets a sample, with traffic or without.
-        active = {(r.alertname, (r.labels or {}).get("model_version")): r for r in session.scalars(
-            select(AlertState).where(AlertState.service == name, AlertState.alertname.in_((REGRESSION, DRIFT)),
-                                     AlertState.state.in_(ACTIVE_STATES)))}
+        active = {(r.alertname, (r.labels or {}).get("model_version")): r for r in store.alerts.load(
+            session, name, alertnames=(REGRESSION, DRIFT), states=ACTIVE_STATES)}
         # The newest window each active alert breached on or was held in (not back within its baseline).
         last_active_end = {key: max(datetime.fromisoformat(r.annotations[k]) for k in ("window_end", "held_end")
                                     if r.annotations.get(k))
@@ -232,7 +230,7 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
     for version, w_start, w_end in wanted:  # oldest first: a window holds on what the ones before it breached
         if w_start not in by_start:
             with store.transaction() as session:
-                by_start[w_start] = store.load_findings(session, name, since=w_start,
+                by_start[w_start] = store.findings.load(session, name, since=w_start,
                                                         until=w_start + timedelta(microseconds=1))
         found = [f for f in by_start[w_start] if f["window_end"] == w_end and f["model_version"] == version]
         # An SLO breach is service-wide: it counts for a version only when that version had the window alone.
@@ -245,12 +243,8 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
             versions=versions, accepted_versions=accepted, rule_breaches=rules_here, held=held)
         before[w_start] = (Window(w_start, w_end, v.verdict, v.rows), stored_signals(v.verdict, v.evidence))
     with store.transaction() as session:
-        store.upsert_verdicts(session, [v.to_row() for v in verdicts.values()])
-        row = session.get(AlertCursor, name)
-        if row is None:
-            session.add(AlertCursor(service=name, last_tick_id=last_tick, updated_at=now))
-        else:
-            row.last_tick_id, row.updated_at = last_tick, now
+        store.verdicts.upsert(session, [v.to_row() for v in verdicts.values()])
+        store.alerts.save_cursor(session, name, last_tick, now)
     report.verdicts += [{"service": name, "model_version": v.model_version, "window_start": v.window_start.isoformat(),
                          "window_end": v.window_end.isoformat(), "verdict": v.verdict, "summary": v.summary}
                         for v in verdicts.values()]
@@ -332,7 +326,7 @@ def _labels_stale(service: Service, store: Store, now: datetime, settings: Alert
     label at all for a window with predictions (label_coverage of all classes is 0)."""
     horizon = now - settings.no_data.labels_after
     with store.transaction() as session:
-        rows = store.load_findings(session, service.name, since=horizon - timedelta(days=7), until=horizon,
+        rows = store.findings.load(session, service.name, since=horizon - timedelta(days=7), until=horizon,
                                    check="label_coverage")
     rows = [f for f in rows if (f["labels"] or {}).get("class") == "all" and "segment" not in (f["labels"] or {})
             and f["window_end"] <= horizon and f["n"] > 0]

@@ -23,24 +23,20 @@ def alerts_list(
 ) -> None:
     """List active (pending and firing) alerts with their verdict, since when, what mutes them, and whether
     their notifications went out."""
-    from sqlalchemy import select
-
     from monitor.alerts.alert import Alert
     from monitor.alerts.silence import muted_by
     from monitor.notify import undeliverable
-    from storage.models import AlertState, Outbox
 
     cfg = load_config()
     store = open_store(cfg)
     clock = parse_now(now)
     why = undeliverable(cfg)
     with store.transaction() as session:
-        rows = list(session.scalars(select(AlertState).order_by(AlertState.service, AlertState.alertname)))
-        silences = store.load_silences(session, clock)
-        incidents = store.load_incidents(session, status="open")
+        rows = store.alerts.load(session, by_name=True)
+        silences = store.silences.load(session, clock)
+        incidents = store.incidents.load(session, status="open")
         by_group = {i["fingerprint"]: i["id"] for i in incidents}
-        items = session.execute(select(Outbox.incident_id, Outbox.status, Outbox.last_error).where(
-            Outbox.incident_id.in_(list(by_group.values()))).order_by(Outbox.id)).all() if by_group else []
+        items = store.outbox.of_incidents(session, list(by_group.values()))
     outbox: dict[int, list] = {}
     for incident_id, status, last_error in items:
         outbox.setdefault(incident_id, []).append((status, last_error))
@@ -119,7 +115,7 @@ def silence_create(
     store = open_store(cfg)
     start = parse_now(now)
     with store.transaction() as session:
-        sid = store.add_silence(session, matchers, created_by or getpass.getuser(), comment, start, start + length)
+        sid = store.silences.add(session, matchers, created_by or getpass.getuser(), comment, start, start + length)
     out.print(f"silence {sid} until {start + length:%Y-%m-%d %H:%M} UTC: "
               + ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in matchers), highlight=False)
 
@@ -143,8 +139,8 @@ def accept(
     name = chosen[0].name
     store = open_store(cfg)
     with store.transaction() as session:
-        seen = [v for v in store.load_versions(session, name) if v["value"] == version]
-        new = store.accept_version(session, name, version, parse_now(now), accepted_by or getpass.getuser(), comment)
+        seen = [v for v in store.versions.load(session, name) if v["value"] == version]
+        new = store.versions.accept(session, name, version, parse_now(now), accepted_by or getpass.getuser(), comment)
     what = ", ".join(f"{v['kind']} first seen {v['first_seen']:%Y-%m-%d %H:%M} UTC" for v in seen) or "not seen yet"
     out.print(f"{escape(name)}: {escape(version)} {'accepted' if new else 'was already accepted'} ({what})",
               highlight=False)
@@ -160,7 +156,7 @@ def silence_list(
     store = open_store(cfg)
     clock = parse_now(now)
     with store.transaction() as session:
-        rows = store.load_silences(session, None if show_all else clock)
+        rows = store.silences.load(session, None if show_all else clock)
     table = Table(title="silences")
     for col in ("id", "matchers", "starts (UTC)", "ends (UTC)", "state", "by", "comment"):
         table.add_column(col, overflow="fold")
@@ -181,7 +177,7 @@ def silence_expire(
     cfg = load_config()
     store = open_store(cfg)
     with store.transaction() as session:
-        done = store.expire_silence(session, silence_id, parse_now(now))
+        done = store.silences.expire(session, silence_id, parse_now(now))
     if not done:
         fail(f"no silence {silence_id} in force")
     out.print(f"silence {silence_id} expired")

@@ -37,7 +37,8 @@ def load_config() -> config_mod.Config:
 
 
 def open_store(cfg: config_mod.Config, *, check_schema: bool = True):
-    from storage.store import SchemaError, Store
+    from storage.database import SchemaError
+    from storage.store import Store
 
     try:
         password = cfg.storage.password.resolve() if cfg.storage.password else None

@@ -97,6 +97,7 @@ def run(
     """Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics."""
     from monitor.daemon import jobs, leader, logs
     from monitor.daemon.service import Daemon
+    from storage.lock import for_store
 
     cfg = load_config()
     store = open_store(cfg)
@@ -108,7 +109,7 @@ def run(
             fail(str(exc))
         raise typer.Exit(code)
     try:
-        lock = leader.for_store(store, cfg.daemon.lock_key)
+        lock = for_store(store, cfg.daemon.lock_key)
     except ValueError as exc:
         fail(str(exc))
     if not lock.acquire():
@@ -132,6 +133,7 @@ def backfill(
     """Replay history in event-time order exactly as live ticks would; rerun the same command to resume."""
     from monitor.daemon import backfill as backfill_mod
     from monitor.daemon import leader, logs
+    from storage.lock import for_store
 
     try:
         length = config_mod.parse_duration(step) if step is not None else None
@@ -141,7 +143,7 @@ def backfill(
     store = open_store(cfg)
     logs.setup(cfg.daemon.log_format, "WARNING", logs.config_secrets(cfg) + store._secrets)
     start, end = parse_now(since), parse_now(until)
-    lock = leader.for_store(store, cfg.daemon.lock_key)
+    lock = for_store(store, cfg.daemon.lock_key)
     if not lock.acquire():
         fail("another tailwatch process (the daemon?) holds the leader lock; stop it before a backfill", code=3)
     try:

@@ -13,10 +13,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 from pydantic import BeforeValidator, ValidationInfo, model_validator
-from sqlalchemy.engine import make_url
 
 from monitor.durations import parse_duration
 from monitor.schema import StrictModel
+from storage.url import parse_url
 
 
 class ConfigError(Exception):
@@ -107,7 +107,7 @@ def check_cron(expr: str) -> None:
 def check_url(value: str) -> str:
     """`value` when it is a database URL without an inline password; ValueError otherwise."""
     try:
-        url = make_url(value)
+        url = parse_url(value)
     except Exception:
         raise ValueError(f"not a database URL: {value!r}") from None
     if url.password:

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
-from sqlalchemy.engine import make_url
 
 from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url
 from monitor.config.service import Service, SqlSource
 from monitor.schema import StrictModel
+from storage.url import parse_url
 
 
 class QuerySql(StrictModel):
@@ -36,7 +36,7 @@ class Storage(StrictModel):
     def _no_inline_password(cls, value: str, info: ValidationInfo) -> str:
         value = check_url(value)
         # A relative SQLite path means relative to the config file, like every other path here.
-        url = make_url(value)
+        url = parse_url(value)
         if url.drivername.startswith("sqlite") and url.database and url.database != ":memory:":
             if not Path(url.database).is_absolute():
                 value = url.set(database=str(base_dir(info) / url.database)).render_as_string(hide_password=False)
@@ -44,7 +44,7 @@ class Storage(StrictModel):
 
     def resolved_url(self):
         """The SQLAlchemy URL with the password filled in from its secret (never log this)."""
-        url = make_url(self.url)
+        url = parse_url(self.url)
         return url.set(password=self.password.resolve()) if self.password else url
 
 

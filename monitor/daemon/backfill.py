@@ -43,7 +43,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from sqlalchemy.orm import Session
 
 from monitor.config import Config, FileSource, Service
 from monitor.daemon import jobs
@@ -55,6 +54,7 @@ from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.files import DirectorySource
 from monitor.ingest.sources.jsonl import parse_jsonl
 from monitor.ingest.validate import _from_epoch
+from storage.database import Session
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, step:
                 raise BackfillError(f"service {service.name}: the {kind} source is SQL; backfill replays file "
                                     "sources only (the daemon reads a SQL source by its cursor)")
     with store.transaction() as session:
-        open_run = store.open_backfill(session)
+        open_run = store.backfills.open(session)
     if open_run is not None:
         if (open_run["since"], open_run["until"], open_run["step_seconds"]) != (since, until, int(step.total_seconds())):
             raise BackfillError(
@@ -170,7 +170,7 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, step:
             # A durable commit syncs every commit before it: an OS crash rewinds to a recorded step.
             durable = time.monotonic() - synced_at >= SYNC_SECONDS
             with store.transaction(durable=durable) as session:
-                store.advance_backfill(session, run_id, now)
+                store.backfills.advance(session, run_id, now)
             synced_at = time.monotonic() if durable else synced_at
             reached = now
             failed = [r for r in reports if r.status != "ok"]
@@ -248,31 +248,31 @@ def _start(store: Store, plan: list[StagedFile], since: datetime, until: datetim
     run, in one transaction."""
     with store.transaction() as session:
         for source in {f.source for f in plan}:
-            stored = store.load_offsets(session, source)
+            stored = store.offsets.load(session, source)
             seeded = []
             for f in (f for f in plan if f.source == source):
                 state = stored.get(_key(f.real))
                 if state is not None:
                     _extend(f, state.offset, create=True)
                     seeded.append(replace(state, file_key=_key(f.staged), path=str(f.staged)))
-            store.save_offsets(session, source, seeded)
-        return store.start_backfill(session, since, until, int(step.total_seconds()), str(staging))
+            store.offsets.save(session, source, seeded)
+        return store.backfills.start(session, since, until, int(step.total_seconds()), str(staging))
 
 
 def _hand_over(store: Store, plan: list[StagedFile], run_id: int, reached: datetime) -> None:
     """Move the staged files' offsets to the real files and close the run, in one transaction."""
     with store.transaction() as session:
         for source in {f.source for f in plan}:
-            stored = store.load_offsets(session, source)
+            stored = store.offsets.load(session, source)
             staged = [f for f in plan if f.source == source and f.staged.exists()]
             moved = []
             for f in staged:
                 state = stored.get(_key(f.staged))
                 if state is not None:
                     moved.append(replace(state, file_key=_key(f.real), path=str(f.real)))
-            store.delete_offsets(session, source, [_key(f.staged) for f in staged])
-            store.save_offsets(session, source, moved)
-        store.advance_backfill(session, run_id, reached, status="done")
+            store.offsets.delete(session, source, [_key(f.staged) for f in staged])
+            store.offsets.save(session, source, moved)
+        store.backfills.advance(session, run_id, reached, status="done")
 
 
 def _key(path: Path) -> str:

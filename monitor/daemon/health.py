@@ -18,7 +18,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from storage.store import Store, StoreError
+from storage.database import StoreError
+from storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class Health:
         try:
             self.store.ensure_current()
         except Exception as exc:  # StoreError / SchemaError / driver errors: all mean "not ready"
-            return False, str(exc) if isinstance(exc, StoreError) else self.store._scrub(exc)
+            return False, str(exc) if isinstance(exc, StoreError) else self.store.scrub(exc)
         why = self.check_notifications()
         if why:
             return False, f"database reachable, schema current; notifications undeliverable: {why}"

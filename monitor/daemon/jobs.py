@@ -25,7 +25,8 @@ from monitor.daemon.nightly import run_nightly
 from monitor.daemon.runner import TickReport, load_anchors, tick
 from monitor.notify import drain, undeliverable
 from monitor.verdicts.windows import score, store_scored, windows_for
-from storage.store import Store, TickRecord
+from storage.operations import TickRecord
+from storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,9 @@ def record_event(store: Store, now: datetime, job: str, kind: str, message: str,
         (metrics.job_errors if kind == "error" else metrics.job_missed).labels(job=job).inc()
     try:
         with DB_WRITES, store.transaction() as session:
-            store.add_job_event(session, now, job, kind, instance, logs.scrub(store._scrub(message)))
+            store.job_events.add(session, now, job, kind, instance, logs.scrub(store.scrub(message)))
     except Exception as exc:  # the database is down: the log line and the counter still say it
-        log.error("cannot record job event", extra={"job": job, "kind": kind, "error": store._scrub(exc)})
+        log.error("cannot record job event", extra={"job": job, "kind": kind, "error": store.scrub(exc)})
 
 
 def run_stages(job: str, stages: list[Stage], config: Config, store: Store, now: datetime,
@@ -88,7 +89,7 @@ def _tick_job(config: Config, store: Store, now: datetime, metrics: Metrics | No
               ) -> list[TickReport]:
     with store.transaction() as session:
         # With the leader lock held no other tick runs: a tick still marked running was killed mid-way.
-        interrupted = store.running_ticks(session)
+        interrupted = store.ticks.running(session)
     reports = tick(config, store, now)
     if interrupted:
         recover(config, store, now, interrupted)
@@ -118,7 +119,7 @@ def recover(config: Config, store: Store, now: datetime, interrupted: list[TickR
         scored = 0
         if service is not None:
             with store.transaction() as session:
-                span = store.partials_updated_span(session, service.name, dead.started_at)
+                span = store.partials.updated_span(session, service.name, dead.started_at)
             if span is not None:
                 profile, _ = stored_profile(store, service)
                 windows = [w for size in service.buckets.windows for w in windows_for(dead.now, size, span)]
@@ -126,7 +127,7 @@ def recover(config: Config, store: Store, now: datetime, interrupted: list[TickR
                     store, service.name, profile, windows, service.check_params(), service.baseline,
                     anchors=load_anchors(service, store)), dead.id)
         with store.transaction() as session:
-            store.finish_tick(session, dead.id, "error", {}, {
+            store.ticks.finish(session, dead.id, "error", {}, {
                 "error": "interrupted: the process ended during this tick; its committed steps were kept",
                 "recovered_at": now.isoformat(), "findings_rescored": scored})
         log.warning("recovered an interrupted tick", extra={"tick_id": dead.id, "service": dead.service,
@@ -161,10 +162,10 @@ def _gauges(config: Config, store: Store, now: datetime, metrics: Metrics) -> No
     try:
         with store.transaction() as session:
             for service in config.services:
-                end = store.newest_bucket_end(session, service.name)
+                end = store.partials.newest_end(session, service.name)
                 if end is not None:
                     metrics.lag.labels(service=service.name).set(max(0.0, (now - end).total_seconds()))
-            metrics.outbox_depth.set(store.outbox_depth(session))
-            metrics.active_alerts.set(store.firing_alerts(session))
+            metrics.outbox_depth.set(store.outbox.depth(session))
+            metrics.active_alerts.set(store.alerts.firing(session))
     except Exception as exc:
-        log.warning("cannot read gauges from the store", extra={"error": store._scrub(exc)})
+        log.warning("cannot read gauges from the store", extra={"error": store.scrub(exc)})

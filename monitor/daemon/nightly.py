@@ -14,7 +14,8 @@ from datetime import datetime
 from monitor.config import Config
 from monitor.verdicts.quality import WindowQuality, realized_error, score_service
 from monitor.verdicts.windows import floor_to
-from storage.store import Store, utc
+from storage.database import utc
+from storage.store import Store
 
 
 @dataclass
@@ -50,8 +51,8 @@ def run_nightly(config: Config, store: Store, now: datetime, service: str | None
         q = svc.quality
         out = ServiceNightly(svc.name, q.failed_as_miss)
         with store.transaction() as session:
-            out.pruned = store.prune_labelled(session, svc.name, now - q.retention)
-            first, last = store.scored_span(session, svc.name)
+            out.pruned = store.labels.prune(session, svc.name, now - q.retention)
+            first, last = store.labels.span(session, svc.name)
         windows: list[tuple[datetime, datetime]] = []
         if first is not None:
             for size in q.windows:

@@ -32,10 +32,10 @@ def apply(config: Config, store: Store, now: datetime) -> dict:
     with store.transaction() as session:
         if policy.partials is not None:
             done["expired"]["partials"] = sum(
-                store.delete_partials(session, service, EPOCH, now - policy.partials)
-                for service in store.partial_services(session))
+                store.partials.delete(session, service, EPOCH, now - policy.partials)
+                for service in store.partials.services(session))
         for what in ("quarantine", "outbox_sent", "ticks", "job_events"):
-            done["expired"][what] = store.expire(session, what, now - getattr(policy, what))
+            done["expired"][what] = store.retention.expire(session, what, now - getattr(policy, what))
     log.info("retention done", extra=done)
     return done
 
@@ -47,21 +47,21 @@ def compact(store: Store, before: datetime, bucket: timedelta) -> tuple[int, int
     cutoff = floor_to(before, bucket)
     removed = written = 0
     with store.transaction() as session:
-        services = store.partial_services(session)
+        services = store.partials.services(session)
     for service in services:
         with store.transaction() as session:
-            keys = store.partial_keys_before(session, service, cutoff, seconds)
+            keys = store.partials.keys_before(session, service, cutoff, seconds)
         if not keys:
             continue
         start = floor_to(keys[0][0], max(bucket, CHUNK))
         while start < cutoff:
             end = min(start + max(bucket, CHUNK), cutoff)
             with store.transaction() as session:
-                rows = [r for r in store.load_partials(session, service, start, end) if r.bucket_seconds < seconds]
+                rows = [r for r in store.partials.load(session, service, start, end) if r.bucket_seconds < seconds]
                 if rows:
                     merged = _merge(rows, bucket)
-                    removed += store.delete_partials(session, service, start, end, below_seconds=seconds)
-                    store.upsert_partials(session, service, merged, merge_bytes)
+                    removed += store.partials.delete(session, service, start, end, below_seconds=seconds)
+                    store.partials.upsert(session, service, merged, merge_bytes)
                     written += len(merged)
             start = end
     return removed, written

@@ -97,7 +97,7 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
     started = time.perf_counter()
     report = TickReport(service=service.name, now=now.isoformat())
     with store.transaction() as session:
-        tick_id = store.start_tick(session, service.name, now)
+        tick_id = store.ticks.start(session, service.name, now)
     try:
         # One profile for the tick: the bins partials are folded on are the bins windows are scored on.
         profile, note = stored_profile(store, service)
@@ -119,7 +119,7 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
     elif service.sources.labels is not None:
         report.notes.append("labels source configured without a `quality` section: labels are not read")
     with store.transaction() as session:
-        store.finish_tick(session, tick_id, report.status, _tick_counts(report), report.as_dict())
+        store.ticks.finish(session, tick_id, report.status, _tick_counts(report), report.as_dict())
     return report
 
 
@@ -147,9 +147,9 @@ def load_anchors(service: Service, store: Store) -> Anchors:
     """What holds `service`'s baselines (windows.Anchors): its accepted versions (config and `tailwatch
     accept`), every version value's first sighting, and the onsets of its open incidents."""
     with store.transaction() as session:
-        accepted = store.load_acceptances(session, service.name)
-        sightings = store.load_versions(session, service.name)
-        incidents = store.load_incidents(session, service.name, status="open")
+        accepted = store.versions.load_accepted(session, service.name)
+        sightings = store.versions.load(session, service.name)
+        incidents = store.incidents.load(session, service.name, status="open")
     listed = set(service.accepted_versions) | {a["value"] for a in accepted}
     if service.quality is not None and service.quality.accepted_version:
         listed.add(service.quality.accepted_version)
@@ -186,10 +186,10 @@ def _ingest(config: Config, service: Service, store: Store, now: datetime, tick_
     time_source = (open_source(f"{name}/timings", service.sources.timings, config.limits)
                    if service.sources.timings is not None else None)
     with store.transaction() as session:
-        pred_offsets = store.load_offsets(session, pred_source.name)
-        time_offsets = store.load_offsets(session, time_source.name) if time_source else {}
-        pending_p = from_blobs(store.load_pending(session, name, RecordKind.predictions.value))
-        pending_t = from_blobs(store.load_pending(session, name, RecordKind.timings.value))
+        pred_offsets = store.offsets.load(session, pred_source.name)
+        time_offsets = store.offsets.load(session, time_source.name) if time_source else {}
+        pending_p = from_blobs(store.pending.load(session, name, RecordKind.predictions.value))
+        pending_t = from_blobs(store.pending.load(session, name, RecordKind.timings.value))
 
     pred_batches = _read_ahead(pred_source, pred_offsets)
     time_batches = _read_ahead(time_source, time_offsets) if time_source else iter(())
@@ -287,25 +287,25 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
     partials, sightings = step.folded.result()
     # Not durable: waiting for the disk at every step was the largest fixed cost of a small tick. An OS
     # crash can only undo whole steps, offsets with their results, which are then read again; the
-    # durable commit of finish_tick syncs the steps before it.
+    # durable commit of `ticks.finish` syncs the steps before it.
     with store.transaction(durable=False) as session:
-        store.add_quarantine(session, _quarantine_rows(step.rejects, tick_id, name, now))
+        store.quarantine.add(session, _quarantine_rows(step.rejects, tick_id, name, now))
         if partials:
-            store.upsert_partials(session, name, partials, merge_bytes)
+            store.partials.upsert(session, name, partials, merge_bytes)
         for kind, first_seen in sightings.items():
-            store.record_versions(session, name, kind, first_seen)
+            store.versions.record(session, name, kind, first_seen)
         if service.quality is not None:
             # Partials keep no rows; quality needs each prediction until its label lands.
-            store.add_scored_predictions(session, name, scored_rows(step.new_p, service))
-        store.replace_pending(session, name, RecordKind.predictions.value, to_blob(joined.pending_predictions),
+            store.labels.add_predictions(session, name, scored_rows(step.new_p, service))
+        store.pending.replace(session, name, RecordKind.predictions.value, to_blob(joined.pending_predictions),
                               len(joined.pending_predictions))
         if time_source:
-            store.replace_pending(session, name, RecordKind.timings.value, to_blob(joined.pending_timings),
+            store.pending.replace(session, name, RecordKind.timings.value, to_blob(joined.pending_timings),
                                   len(joined.pending_timings))
         if step.pb is not None:
-            store.save_offsets(session, pred_source.name, step.pb.offsets)
+            store.offsets.save(session, pred_source.name, step.pb.offsets)
         if step.tb is not None:
-            store.save_offsets(session, time_source.name, step.tb.offsets)
+            store.offsets.save(session, time_source.name, step.tb.offsets)
 
     for r in step.rejects:
         report.quarantined[r[2].reason.value] += 1
@@ -349,7 +349,7 @@ def _ingest_labels(config: Config, service: Service, store: Store, now: datetime
     name = service.name
     source = open_source(f"{name}/labels", service.sources.labels, config.limits)
     with store.transaction() as session:
-        offsets = store.load_offsets(session, source.name)
+        offsets = store.offsets.load(session, source.name)
     relabelled: list[str] = []
     for batch in source.read(offsets):
         rejects: list[tuple[RecordKind, str, Reject]] = []
@@ -358,9 +358,9 @@ def _ingest_labels(config: Config, service: Service, store: Store, now: datetime
         rejects += [(RecordKind.labels, batch.source, r) for r in labels.rejects]
         report.accepted[RecordKind.labels.value] -= len(labels.rejects)
         with store.transaction() as session:
-            store.add_quarantine(session, _quarantine_rows(rejects, tick_id, name, now))
-            fresh, changed, repeated = store.upsert_labels(session, name, labels.rows, now)
-            store.save_offsets(session, source.name, batch.offsets)
+            store.quarantine.add(session, _quarantine_rows(rejects, tick_id, name, now))
+            fresh, changed, repeated = store.labels.upsert(session, name, labels.rows, now)
+            store.offsets.save(session, source.name, batch.offsets)
         for r in rejects:
             report.quarantined[r[2].reason.value] += 1
         report.labels_new += len(fresh)
@@ -368,10 +368,10 @@ def _ingest_labels(config: Config, service: Service, store: Store, now: datetime
         report.labels_repeated += repeated
         relabelled += fresh + changed
     with store.transaction() as session:
-        expired = store.expire_labels(session, name, now - service.quality.label_horizon)
-        store.add_quarantine(session, _quarantine_rows(
+        expired = store.labels.expire(session, name, now - service.quality.label_horizon)
+        store.quarantine.add(session, _quarantine_rows(
             [(RecordKind.labels, source.name, orphan_reject(e)) for e in expired], tick_id, name, now))
-        times = store.prediction_times(session, name, relabelled)
+        times = store.labels.prediction_times(session, name, relabelled)
     report.labels_expired += len(expired)
     report.quarantined["orphan_label"] += len(expired)
     if not report.quarantined["orphan_label"]:

@@ -21,6 +21,7 @@ from monitor.config import Config
 from monitor.daemon import jobs, leader, scheduler
 from monitor.daemon.health import Health, Metrics, serve
 from monitor.notify import undeliverable
+from storage.lock import for_store
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Daemon:
         self.metrics = Metrics()
         self.health = Health(store, d.heartbeat_max_age.total_seconds(), self.metrics,
                              notifications=lambda: undeliverable(config))
-        self.lock = leader.for_store(store, d.lock_key)
+        self.lock = for_store(store, d.lock_key)
         self.fenced = leader.Fenced(store, self.lock)  # what the jobs write through
         self.stop = threading.Event()
         self.started_at = datetime.now(UTC)
@@ -121,9 +122,9 @@ class Daemon:
         last_at, last_status = self._last_tick or (None, None)
         try:
             with jobs.DB_WRITES, self.store.transaction() as session:
-                self.store.beat(session, self.instance, role, self.started_at, datetime.now(UTC), last_at, last_status)
+                self.store.heartbeats.beat(session, self.instance, role, self.started_at, datetime.now(UTC), last_at, last_status)
         except Exception as exc:  # a heartbeat row is informative; the probe and the watchdog do not need it
-            log.warning("cannot store heartbeat", extra={"error": self.store._scrub(exc)})
+            log.warning("cannot store heartbeat", extra={"error": self.store.scrub(exc)})
 
     def _record(self, job: str, kind: str, message: str) -> None:
         # On its own thread: it waits for a running tick (jobs.DB_WRITES) without holding up the scheduler.

@@ -8,7 +8,6 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import func, select
 
 from checks.drift import DriftThreshold, drift, prediction_drift
 from monitor.aggregate import keys
@@ -16,8 +15,7 @@ from monitor.aggregate.partial import ALL, Partial
 from monitor.aggregate.profile import Profile
 from monitor.config import Constraint, Service
 from monitor.investigate import history, query
-from storage.models import BucketPartial
-from storage.store import Store, utc
+from storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -50,12 +48,7 @@ def version_metrics(store: Store, service: Service, version: str, since: datetim
     out["failure_rate"] = (n - part.counts[keys.OK]) / n if n else None
     with store.transaction() as session:
         # Buckets of each size counted apart: compacted history holds hours or days beside 5-minute buckets.
-        served = session.execute(
-            select(BucketPartial.bucket_seconds, func.count(func.distinct(BucketPartial.bucket_start)))
-            .where(BucketPartial.service == service.name, BucketPartial.model_version == version,
-                   BucketPartial.segment == ALL, BucketPartial.bucket_start >= utc(since),
-                   BucketPartial.bucket_start < utc(until), BucketPartial.rows > 0)
-            .group_by(BucketPartial.bucket_seconds)).all()
+        served = store.partials.served(session, service.name, version, ALL, since, until)
     hours = sum(size * buckets for size, buckets in served) / 3600
     out["serving_hours"] = hours
     out["throughput_rps"] = n / (hours * 3600) if hours else None

@@ -21,7 +21,6 @@ from monitor.aggregate.keys import CACHE_TIME, LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import Partial
 from monitor.investigate import history, query
 from monitor.investigate.output import table
-from storage.models import VersionSeen
 from storage.store import Store
 
 BEFORE = timedelta(hours=2)  # the "before" of the latency decomposition: this long before the first window
@@ -271,13 +270,10 @@ def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: dat
             if key not in seen:
                 seen.add(key)
                 out.append(dict(c))
-    from sqlalchemy import select
-
     with store.transaction() as session:
-        firsts = session.execute(select(VersionSeen.kind, VersionSeen.value, VersionSeen.first_seen)
-                                 .where(VersionSeen.service == service).order_by(VersionSeen.first_seen)).all()
+        firsts = store.versions.load(session, service)
     earliest: dict[str, datetime] = {}
-    for kind, value, when in firsts:
+    for kind, value, when in ((v["kind"], v["value"], v["first_seen"]) for v in firsts):
         earliest.setdefault(kind, when)
         if when == earliest[kind] or not (first - CHANGE_LOOKBACK <= when < last) or (kind, value) in seen:
             continue

@@ -14,16 +14,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import select
 
 from checks.latency import QUANTILES
 from monitor.aggregate import codec, keys
 from monitor.aggregate.keys import LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.aggregate.sketch import Sketch
-from monitor.investigate.query import QueryError, _range, _utc_columns
-from storage.models import BucketPartial
-from storage.store import Store, utc
+from monitor.investigate.query import QueryError, _utc_columns
+from storage.database import utc
+from storage.store import Store
 
 SIGNAL_PREFIX = keys.signal("")
 
@@ -64,20 +63,12 @@ def merged_partials(store: Store, service: str, *, since: datetime, until: datet
     step = every.total_seconds() if every is not None else None
     if step is not None and step <= 0:
         raise QueryError(f"every must be positive, got {every}")
-    query = select(BucketPartial.model_version, BucketPartial.bucket_start, BucketPartial.bucket_seconds,
-                   BucketPartial.segment, BucketPartial.payload).where(
-        BucketPartial.service == service, *_range(BucketPartial.bucket_start, since, until))
-    if model_version is not None:
-        query = query.where(BucketPartial.model_version == model_version)
-    if segment == "*":
-        query = query.where(BucketPartial.segment != ALL)
-    elif segment is not None:
-        query = query.where(BucketPartial.segment == (ALL if segment == "all" else segment))
-    if bucket_seconds is not None:
-        query = query.where(BucketPartial.bucket_seconds == bucket_seconds)
+    wanted = None if segment in (None, "*") else (ALL if segment == "all" else segment)
     with store.transaction() as session:
-        rows = [(version, utc(start), int(size), seg, payload)
-                for version, start, size, seg, payload in session.execute(query)]
+        rows = [(p.model_version, utc(p.bucket_start), int(p.bucket_seconds), p.segment, p.payload)
+                for p in store.partials.load(session, service, since, until, model_version=model_version,
+                                             bucket_seconds=bucket_seconds, segment=wanted,
+                                             except_segment=ALL if segment == "*" else None)]
     periods = _periods(since, until, step, [(start, size) for _, start, size, _, _ in rows])
     parts: dict[tuple, Any] = defaultdict(_HealthSum if health_only else list)
     for version, start, size, seg, payload in rows:

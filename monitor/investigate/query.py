@@ -1,6 +1,6 @@
 """Read-only queries over stored results, as pandas DataFrames (for notebooks; the CLI prints them).
 
-Every filter is a bound parameter or a SQLAlchemy expression: no SQL text is built from user input.
+Every filter is a bound parameter of a repository query: no SQL text is built from user input.
 Times are UTC-aware; a range [since, until) selects by window start (findings, verdicts), the tick's clock
 (ticks), the quarantine time, or the incident's opening. Metrics over time are in
 monitor.investigate.history, read-only SQL in monitor.investigate.sql.
@@ -14,11 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import func, select
 
-from storage import models
-from storage.models import FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
-from storage.store import Store, utc
+from storage.store import Store
 
 FINDING_COLUMNS = ("id", "check", "status", "window_start", "window_end", "model_version", "labels", "value",
                    "baseline", "effect", "n", "interval_low", "interval_high", "p_value", "detail")
@@ -29,20 +26,6 @@ class QueryError(ValueError):
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-def _range(column, since: datetime | None, until: datetime | None) -> list:
-    out = []
-    if since is not None:
-        out.append(column >= utc(since))
-    if until is not None:
-        out.append(column < utc(until))
-    return out
-
-
-def _label_filters(column, labels: dict[str, Any] | None) -> list:
-    """LIKE filters on the canonical labels JSON (`"key":"value"`, escaped); exact match is re-checked."""
-    return [column.contains(dumps({k: v})[1:-1], autoescape=True) for k, v in (labels or {}).items()]
-
 
 def _has_labels(row_labels: dict | None, wanted: dict[str, Any] | None) -> bool:
     row_labels = row_labels or {}
@@ -69,27 +52,17 @@ def findings(store: Store, service: str, *, since: datetime | None = None, until
     such as 'Contract=Two year', or None for both; `window`: only windows of that length; `detail`: also
     read each finding's detail document (histograms and the like: the costly part), else it is None."""
     names = [n for n in FINDING_COLUMNS if n != "detail" or detail]
-    # Columns, not ORM objects: a month of findings is a million rows and the detail JSON is the bulk.
-    query = select(*(getattr(FindingRow, n) for n in names)).where(
-        FindingRow.service == service, *_range(FindingRow.window_start, since, until),
-        *_label_filters(FindingRow.labels_key, labels))
-    if model_version is not None:
-        query = query.where(FindingRow.model_version == model_version)
-    if check is not None:
-        query = query.where(FindingRow.check == check)
-    if status is not None:
-        query = query.where(FindingRow.status == status)
-    query = query.order_by(FindingRow.window_start, FindingRow.window_end, FindingRow.check,
-                           FindingRow.model_version, FindingRow.labels_key)
     rows = []
     with store.transaction() as session:
-        for values in session.execute(query):
-            row = dict(zip(names, values, strict=True))
-            if not _has_labels(row["labels"], labels) or not _segment_ok(row["labels"], segment):
-                continue
-            if window is not None and row["window_end"] - row["window_start"] != window:
-                continue
-            rows.append(row)
+        found = store.findings.load(session, service, since, until, check=check, model_version=model_version,
+                                    status=status, labels=labels, detail=detail)
+    for found_row in found:
+        row = {n: found_row[n] for n in names}
+        if not _has_labels(row["labels"], labels) or not _segment_ok(row["labels"], segment):
+            continue
+        if window is not None and row["window_end"] - row["window_start"] != window:
+            continue
+        rows.append(row)
     frame = pd.DataFrame(rows, columns=names)
     if not detail:
         frame["detail"] = None
@@ -128,20 +101,12 @@ TICK_COLUMNS = ("id", "now", "started_at", "finished_at", "status", "rows_read",
 def ticks(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
           status: str | None = None, limit: int | None = None) -> pd.DataFrame:
     """Ticks whose clock (`now`) is in [since, until), oldest first (the newest `limit` when given)."""
-    query = select(Tick).where(Tick.service == service, *_range(Tick.now, since, until))
-    if status is not None:
-        query = query.where(Tick.status == status)
-    query = query.order_by(Tick.id.desc())
-    if limit is not None:
-        query = query.limit(limit)
     rows = []
     with store.transaction() as session:
-        for t in session.scalars(query):
+        for t in store.ticks.search(session, service, since, until, status=status, limit=limit):
             summary = t.summary if isinstance(t.summary, dict) else {}
             rows.append({"id": t.id, "now": t.now, "started_at": t.started_at, "finished_at": t.finished_at,
-                         "status": t.status, "rows_read": t.rows_read, "accepted": t.accepted,
-                         "quarantined": t.quarantined, "joined": t.joined, "unmatched": t.unmatched,
-                         "duplicates": t.duplicates, "findings": summary.get("findings"),
+                         "status": t.status, **t.counts, "findings": summary.get("findings"),
                          "seconds": summary.get("seconds"), "error": summary.get("error")})
     frame = pd.DataFrame(rows[::-1], columns=list(TICK_COLUMNS))
     return _utc_columns(frame, ("now", "started_at", "finished_at"))
@@ -155,31 +120,18 @@ def quarantine(store: Store, service: str, *, since: datetime | None = None, unt
                limit: int | None = None) -> pd.DataFrame:
     """Quarantined rows quarantined in [since, until), oldest first; with `group_by` (reason, kind,
     source, tick_id) the row count per group instead, largest first."""
-    filters = [QuarantineRow.service == service, *_range(QuarantineRow.created_at, since, until)]
-    if reason is not None:
-        filters.append(QuarantineRow.reason == reason)
-    if kind is not None:
-        filters.append(QuarantineRow.kind == kind)
     if group_by:
         allowed = {"reason", "kind", "source", "tick_id"}
         if set(group_by) - allowed:
             raise QueryError(f"quarantine group by: unknown {sorted(set(group_by) - allowed)}; "
                              f"use {sorted(allowed)}")
-        cols = [getattr(QuarantineRow, g) for g in group_by]
-        query = (select(*cols, func.count().label("rows"), func.min(QuarantineRow.created_at),
-                        func.max(QuarantineRow.created_at))
-                 .where(*filters).group_by(*cols).order_by(func.count().desc()))
         with store.transaction() as session:
-            data = [(*r[:-2], models.UTCDateTime().process_result_value(r[-2], None),
-                     models.UTCDateTime().process_result_value(r[-1], None))
-                    for r in session.execute(query).all()]
+            data = store.quarantine.grouped(session, service, list(group_by), since, until, reason=reason, kind=kind)
         frame = pd.DataFrame(data, columns=[*group_by, "rows", "first", "last"])
         return _utc_columns(frame, ("first", "last"))
-    query = select(QuarantineRow).where(*filters).order_by(QuarantineRow.id)
-    if limit is not None:
-        query = query.limit(limit)
     with store.transaction() as session:
-        rows = [{c: getattr(q, c) for c in QUARANTINE_COLUMNS} for q in session.scalars(query)]
+        rows = [{c: q[c] for c in QUARANTINE_COLUMNS}
+                for q in store.quarantine.search(session, service, since, until, reason=reason, kind=kind, limit=limit)]
     return _utc_columns(pd.DataFrame(rows, columns=list(QUARANTINE_COLUMNS)), ("created_at",))
 
 
@@ -196,17 +148,10 @@ def verdicts(store: Store, service: str, *, since: datetime | None = None, until
              model_version: str | None = None, verdict: str | None = None,
              incident_id: int | None = None) -> pd.DataFrame:
     """Stored verdicts with window_start in [since, until), oldest first; columns VERDICT_COLUMNS."""
-    model = VerdictRow
-    query = select(model).where(model.service == service, *_range(model.window_start, since, until))
-    if model_version is not None:
-        query = query.where(model.model_version == model_version)
-    if verdict is not None:
-        query = query.where(model.verdict == verdict)
-    if incident_id is not None:
-        query = query.where(model.incident_id == incident_id)
-    query = query.order_by(model.window_start, model.window_end, model.model_version, model.id)
     with store.transaction() as session:
-        rows = [{c: getattr(v, c, None) for c in VERDICT_COLUMNS} for v in session.scalars(query)]
+        rows = [{c: v.get(c) for c in VERDICT_COLUMNS}
+                for v in store.verdicts.search(session, service, since, until, model_version=model_version,
+                                               verdict=verdict, incident_id=incident_id)]
     frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
     return _utc_columns(frame, ("window_start", "window_end", "created_at"))
 
@@ -215,17 +160,10 @@ def incidents(store: Store, service: str, *, since: datetime | None = None, unti
               model_version: str | None = None, status: str | None = None,
               incident_id: int | None = None) -> pd.DataFrame:
     """Stored incidents opened in [since, until), oldest first; columns INCIDENT_COLUMNS."""
-    model = Incident
-    query = select(model).where(model.service == service, *_range(model.opened_at, since, until))
-    if model_version is not None:
-        query = query.where(model.model_version == model_version)
-    if status is not None:
-        query = query.where(model.status == status)
-    if incident_id is not None:
-        query = query.where(model.id == incident_id)
     with store.transaction() as session:
-        rows = [{c: getattr(i, c, None) for c in INCIDENT_COLUMNS}
-                for i in session.scalars(query.order_by(model.opened_at, model.id))]
+        rows = [{c: i.get(c) for c in INCIDENT_COLUMNS}
+                for i in store.incidents.search(session, service, since, until, model_version=model_version,
+                                                status=status, incident_id=incident_id)]
     frame = pd.DataFrame(rows, columns=list(INCIDENT_COLUMNS))
     return _utc_columns(frame, ("opened_at", "resolved_at", "first_window_start", "last_window_end"))
 

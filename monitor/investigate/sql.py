@@ -15,8 +15,8 @@ from urllib.parse import quote
 import pandas as pd
 
 from monitor.investigate.query import QueryError
-from storage import models
-from storage.store import SQL_READER_ROLE, Store, StoreError
+from storage.database import SQL_READER_ROLE, StoreError, table_names
+from storage.store import Store
 
 SQL_MAX_ROWS = 10_000
 SQL_TIMEOUT_S = 30
@@ -125,7 +125,7 @@ FROM pg_roles r WHERE r.rolname = current_user
 def _refuse_privileged(raw: Any, role: str) -> None:
     """QueryError naming what `role` may do beyond SELECT on tailwatch's tables; nothing when it may not."""
     with raw.cursor() as cursor:
-        cursor.execute(_PRIVILEGES, {"roles": _POWER_ROLES, "tables": [t.name for t in models.Base.metadata.sorted_tables]})
+        cursor.execute(_PRIVILEGES, {"roles": _POWER_ROLES, "tables": table_names()})
         superuser, createrole, member_of, functions, writable = cursor.fetchone()
     why = []
     if superuser:

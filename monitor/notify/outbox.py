@@ -13,12 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
-
 from monitor.config import Config, ConfigError
 from monitor.notify.slack import SendResult, SlackSender, make_client
-from storage.models import Incident, Outbox
-from storage.store import Store, utc
+from storage.database import utc
+from storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +105,7 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
     if why:
         # Loud on every drain: the messages wait in the outbox, and nothing else would say why.
         with store.transaction() as session:
-            pending = store.outbox_depth(session)
+            pending = store.outbox.depth(session)
         log.error("notifications undeliverable: %s; %d waiting in the outbox", why, pending,
                   extra={"reason": why, "pending": pending})
         report.note = report.undeliverable = why
@@ -122,8 +120,7 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
         return report
     max_attempts = config.alerts.slack.max_attempts
     with store.transaction() as session:
-        due = session.execute(select(Outbox.id, Outbox.incident_id).where(
-            Outbox.status == "pending", Outbox.next_attempt_at <= now).order_by(Outbox.id).limit(limit)).all()
+        due = store.outbox.due(session, now, limit)
     blocked: set[int] = set()
     for item_id, incident_id in due:
         if incident_id is not None and (incident_id in blocked or _earlier_unsent(store, incident_id, item_id)):
@@ -139,17 +136,16 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
 
 def _earlier_unsent(store: Store, incident_id: int, item_id: int) -> bool:
     with store.transaction() as session:
-        return session.scalar(select(Outbox.id).where(
-            Outbox.incident_id == incident_id, Outbox.id < item_id, Outbox.status != "sent").limit(1)) is not None
+        return store.outbox.earlier_unsent(session, incident_id, item_id)
 
 
 def _send_one(store: Store, sender: SlackSender, item_id: int, now: datetime, max_attempts: int,
               report: DrainReport) -> bool:
     with store.transaction() as session:
-        item = session.get(Outbox, item_id)
+        item = store.outbox.get(session, item_id)
         if item is None or item.status != "pending":
             return True  # another drain got it
-        incident = session.get(Incident, item.incident_id) if item.incident_id is not None else None
+        incident = store.incidents.get(session, item.incident_id) if item.incident_id is not None else None
         kind, payload, key = item.kind or "post", item.payload or {}, item.dedup_key
         channel = (incident.channel if incident is not None and incident.channel else None) or item.channel
         thread_ts = incident.slack_ts if incident is not None else None
@@ -163,12 +159,12 @@ def _send_one(store: Store, sender: SlackSender, item_id: int, now: datetime, ma
     else:
         result = sender.send(kind, channel, payload, key, thread_ts, check_first)
     with store.transaction() as session:
-        item = session.get(Outbox, item_id)
+        item = store.outbox.get(session, item_id)
         item.attempts += 1
         if result.ok:
             item.status, item.sent_at, item.external_id, item.last_error = "sent", now, result.ts, None
             if kind == "post" and item.incident_id is not None:
-                incident = session.get(Incident, item.incident_id)
+                incident = store.incidents.get(session, item.incident_id)
                 incident.slack_ts = result.ts
                 incident.channel = result.channel or incident.channel
             report.sent += 1

@@ -94,11 +94,11 @@ def score_service(config: Config, service: Service, store: Store, now: datetime,
     scored: list[WindowQuality] = []
     for start, end in windows:
         with store.transaction() as session:
-            rows = store.load_labelled(session, service.name, start, end)
+            rows = store.labels.load(session, service.name, start, end)
         scored += score_window(service, rows, start, end, now, ref)
     scored, siblings = _decide_by_period(service, store, scored)
     with store.transaction() as session:
-        store.upsert_findings(session, [f.to_row(service.name, w.model_version, w.start, w.end, tick_id)
+        store.findings.upsert(session, [f.to_row(service.name, w.model_version, w.start, w.end, tick_id)
                                         for w in scored for f in w.findings] + siblings)
     return scored
 
@@ -117,7 +117,7 @@ def _decide_by_period(service: Service, store: Store,
     for (length, block), members in blocks.items():
         fresh = {(w.start, w.model_version) for w in members}
         with store.transaction() as session:
-            stored = [r for r in store.load_findings(session, service.name, block, block + q.fdr_period,
+            stored = [r for r in store.findings.load(session, service.name, block, block + q.fdr_period,
                                                      check="acceptance")
                       if _utc(r["window_end"]) - _utc(r["window_start"]) == length
                       and (_utc(r["window_start"]), r["model_version"]) not in fresh]
@@ -194,7 +194,7 @@ def _proba(scores: pd.Series, classes: tuple[str, ...], calibrators: dict[str, o
 
 def score_window(service: Service, rows: list[tuple], start: datetime, end: datetime, now: datetime,
                  ref: Reference) -> list[WindowQuality]:
-    """Findings of one window per model version (pure: the rows come from Store.load_labelled)."""
+    """Findings of one window per model version (pure: the rows come from Store.labels.load)."""
     q = service.quality
     assert q is not None
     if not rows:

@@ -1,7 +1,7 @@
 """The verdict of one model version on one window: slower / worse / both / drift / healthy /
 insufficient_data / no_data, from its stored findings, with attribution, what changed and next steps.
 
-`decide` is pure: findings (rows as Store.load_findings returns them), version sightings and the clock
+`decide` is pure: findings (rows as Store.findings.load returns them), version sightings and the clock
 in, a frozen Verdict out. It weighs; the checks measured.
 """
 
@@ -80,7 +80,7 @@ class Verdict:
     errors: tuple[str, ...] = ()  # checks that failed on this window (they raise an `error` alert)
 
     def to_row(self) -> dict[str, Any]:
-        """The verdict as a row for Store.upsert_verdicts."""
+        """The verdict as a row for Store.verdicts.upsert."""
         return {"service": self.service, "model_version": self.model_version, "window_start": self.window_start,
                 "window_end": self.window_end, "verdict": self.verdict, "estimated": self.estimated,
                 "rows": self.rows, "evidence": [e.as_dict() for e in self.evidence],

@@ -221,7 +221,7 @@ class _Regressions:
 
     def __init__(self, store: Store, service: str, since: datetime, until: datetime) -> None:
         with store.transaction() as session:
-            found = store.load_findings(session, service, since=since, until=until, status="breach")
+            found = store.findings.load(session, service, since=since, until=until, status="breach")
         self.starts: dict[tuple[str, timedelta], set[datetime]] = defaultdict(set)
         for f in found:
             if f["check"] in WINDOW_CHECKS and "segment" not in (f["labels"] or {}):
@@ -275,7 +275,7 @@ def accepted_history(store: Store, service: str, period: tuple[datetime, datetim
 def _load(store: Store, service: str, since: datetime, until: datetime) -> list[_Row]:
     """The stored partials with bucket_start in [since, until), oldest first, decoded."""
     with store.transaction() as session:
-        rows = store.load_partials(session, service, since, until)
+        rows = store.partials.load(session, service, since, until)
     return [(r.bucket_start, r.model_version, r.segment, Partial.from_bytes(r.payload)) for r in rows]
 
 
@@ -436,5 +436,5 @@ def store_scored(store: Store, service: str, scored: list[Scored], tick_id: int 
     """Write the findings (idempotent upsert on check, window, version and labels); returns how many."""
     rows = [f.to_row(service, s.model_version, s.start, s.end, tick_id) for s in scored for f in s.findings]
     with store.transaction() as session:
-        store.upsert_findings(session, rows)
+        store.findings.upsert(session, rows)
     return len(rows)

@@ -50,9 +50,9 @@ def write_window(store, k: int, shape: str, version: str = "v2", partials: bool 
     latency = np.full(100, 200.0 if shape == "slower" else 50.0)
     part = Partial(Counter({"rows": 100, "status:ok": 100}), sketches={"latency_ms": Sketch.of(latency)})
     with store.transaction() as session:
-        store.upsert_findings(session, rows)
+        store.findings.upsert(session, rows)
         if partials:
-            store.upsert_partials(session, "churn", [
+            store.partials.upsert(session, "churn", [
                 PartialRow(version, start + i * timedelta(minutes=5), 300, "", 100, part.to_bytes()) for i in range(3)
             ], merge_bytes)
 
@@ -101,8 +101,8 @@ def test_slower_episode_pages_once_and_resolves_across_restarts(open_store, tmp_
             assert [kind for kind, _ in outbox(store)] == kinds, (k, report.decisions)
     store = open_store()
     with store.transaction() as session:
-        incidents = store.load_incidents(session, "churn")
-        verdicts = store.load_verdicts(session, "churn")
+        incidents = store.incidents.load(session, "churn")
+        verdicts = store.verdicts.load(session, "churn")
     assert len(incidents) == 1
     inc = incidents[0]
     assert (inc["status"], inc["verdict"], inc["model_version"]) == ("resolved", "slower", "v2")
@@ -129,17 +129,17 @@ def test_an_episode_inside_a_backlog_opens_and_resolves_as_it_would_have_live(op
         after_tick(config, open_store(), at(1))  # the last tick before the daemon went down
     store = open_store()
     with store.transaction() as session:
-        tick = store.start_tick(session, "churn", at(10))
+        tick = store.ticks.start(session, "churn", at(10))
     for k, shape in enumerate(SLOWER_EPISODE):
         write_window(store, k, shape)
     with store.transaction() as session:
         # A longer window the tick scored starts before any data: no window before T0 is evaluated.
-        store.upsert_findings(session, [{**shape_findings("healthy")[0], "service": "churn", "model_version": "v2",
+        store.findings.upsert(session, [{**shape_findings("healthy")[0], "service": "churn", "model_version": "v2",
                                          "window_start": T0 - 4 * HOUR, "window_end": T0 + 4 * HOUR}])
         session.execute(update(FindingRow).values(tick_id=tick))
     report = after_tick(config, open_store(), at(10))
     with open_store().transaction() as session:
-        incidents = open_store().load_incidents(session, "churn")
+        incidents = open_store().incidents.load(session, "churn")
     assert len(incidents) == 1, report.transitions
     inc = incidents[0]
     assert (inc["status"], inc["verdict"], inc["first_window_start"]) == ("resolved", "slower", T0 + 2 * W)
@@ -171,7 +171,7 @@ def test_no_data_fires_and_inhibits_drift(open_store, tmp_path):
     assert got["no_data/predictions"] == "firing" and got["InputDrift/v2"] == "firing"
     store = open_store()
     with store.transaction() as session:
-        incidents = store.load_incidents(session)
+        incidents = store.incidents.load(session)
     assert [(i["verdict"], i["model_version"]) for i in incidents] == [("no_data", None)]
     assert [kind for kind, _ in outbox(store)] == ["post"]
 
@@ -181,12 +181,12 @@ def test_tick_error_is_an_alert_of_its_own(open_store, tmp_path):
     write_window(open_store(), 0, "healthy")
     store = open_store()
     with store.transaction() as session:
-        tick = store.start_tick(session, "churn", at(1))
-        store.finish_tick(session, tick, "error", {}, {"error": "OSError: disk full"})
+        tick = store.ticks.start(session, "churn", at(1))
+        store.ticks.finish(session, tick, "error", {}, {"error": "OSError: disk full"})
     after_tick(config, store, at(1))
     assert states(store)["error/"] == "firing"
     with store.transaction() as session:
-        inc = store.load_incidents(session)[0]
+        inc = store.incidents.load(session)[0]
     assert inc["verdict"] == "error" and "disk full" in str(inc["summary"])
 
 
@@ -200,8 +200,8 @@ def test_a_file_unreadable_tick_after_tick_is_an_error_alert(open_store, tmp_pat
     def tick_at(k: int, unreadable: int) -> None:
         write_window(store, k - 1, "healthy")
         with store.transaction() as session:
-            tick = store.start_tick(session, "churn", at(k))
-            store.finish_tick(session, tick, "ok", {}, {"quarantined": {"source_error": unreadable} if unreadable else {}})
+            tick = store.ticks.start(session, "churn", at(k))
+            store.ticks.finish(session, tick, "ok", {}, {"quarantined": {"source_error": unreadable} if unreadable else {}})
         after_tick(config, store, at(k))
 
     for k in (1, 2):
@@ -224,13 +224,13 @@ def test_silence_mutes_then_expiry_notifies(open_store, tmp_path):
         write_window(open_store(), k, "slower")
     store = open_store()
     with store.transaction() as session:
-        sid = store.add_silence(session, [parse_matcher("service=churn")], "test", "maintenance", T0, T0 + 4 * W)
+        sid = store.silences.add(session, [parse_matcher("service=churn")], "test", "maintenance", T0, T0 + 4 * W)
     report = after_tick(config, store, at(1))
     assert states(store)["ModelRegression/v2"] == "firing" and outbox(store) == []
     assert any("silence" in d["reason"] for d in report.decisions)
     with store.transaction() as session:
-        assert store.expire_silence(session, sid, at(2) - timedelta(minutes=1))
-        assert not store.expire_silence(session, sid, at(2))
+        assert store.silences.expire(session, sid, at(2) - timedelta(minutes=1))
+        assert not store.silences.expire(session, sid, at(2))
     after_tick(config, open_store(), at(2))
     assert [kind for kind, _ in outbox(open_store())] == ["post"]
 
@@ -252,7 +252,7 @@ def test_stale_labels_are_a_no_data_alert(open_store, tmp_path, coverage, state)
     day = timedelta(days=1)
     store = open_store()
     with store.transaction() as session:
-        store.upsert_findings(session, [{"service": "churn", "check": "label_coverage", "model_version": "v2",
+        store.findings.upsert(session, [{"service": "churn", "check": "label_coverage", "model_version": "v2",
                                          "window_start": T0 - 3 * day, "window_end": T0 - 2 * day,
                                          "labels": {"class": "all"}, "status": "ok", "value": coverage, "n": 5000}])
     after_tick(config, store, at(1))

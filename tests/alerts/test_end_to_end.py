@@ -59,8 +59,8 @@ def run(scenario: str, root: Path, fake, monkeypatch, *, hours: float = HOURS, o
     try:
         demo.replay(root, config, store, truth, None, broken_lines=False, job=tick_then_alert, first_tick=first_tick)
         with store.transaction() as session:
-            incidents = store.load_incidents(session, "churn")
-            verdicts = store.load_verdicts(session, "churn")
+            incidents = store.incidents.load(session, "churn")
+            verdicts = store.verdicts.load(session, "churn")
     finally:
         store.dispose()
     return {"truth": truth, "log": log, "incidents": incidents, "verdicts": verdicts}

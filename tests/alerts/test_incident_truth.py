@@ -58,21 +58,21 @@ def write(store, windows: dict[int, str], version: str = "v2", now: datetime | N
     """Findings and partials of windows {k: shape}, all stamped with one tick at `now` (a backlog or a
     backfill scores many windows in one tick)."""
     with store.transaction() as session:
-        tick = store.start_tick(session, "churn", now or at(max(windows) + 1))
+        tick = store.ticks.start(session, "churn", now or at(max(windows) + 1))
         for k, shape in windows.items():
             start = T0 + k * W
-            store.upsert_findings(session, [{**f, "service": "churn", "model_version": version, "tick_id": tick,
+            store.findings.upsert(session, [{**f, "service": "churn", "model_version": version, "tick_id": tick,
                                              "window_start": start, "window_end": start + W} for f in findings(shape)])
             part = Partial(Counter({"rows": 100, "status:ok": 100}),
                            sketches={"latency_ms": Sketch.of(np.full(100, 50.0))})
-            store.upsert_partials(session, "churn", [PartialRow(version, start + i * timedelta(minutes=5), 300, "", 100,
+            store.partials.upsert(session, "churn", [PartialRow(version, start + i * timedelta(minutes=5), 300, "", 100,
                                                                 part.to_bytes()) for i in range(3)], merge_bytes)
-        store.finish_tick(session, tick, "ok", {}, {})
+        store.ticks.finish(session, tick, "ok", {}, {})
 
 
 def incident(store) -> dict:
     with store.transaction() as session:
-        found = [i for i in store.load_incidents(session, "churn") if i["model_version"]]
+        found = [i for i in store.incidents.load(session, "churn") if i["model_version"]]
     assert len(found) == 1, found
     return found[0]
 
@@ -127,7 +127,7 @@ def test_a_backlog_dates_the_onset_as_live_would_have(open_store, tmp_path, shap
     write(open_store(), dict(enumerate(shapes)))
     after_tick(config, open_store(), at(len(shapes)))
     with open_store().transaction() as session:
-        found = sorted(open_store().load_incidents(session, "churn"), key=lambda i: i["opened_at"])
+        found = sorted(open_store().incidents.load(session, "churn"), key=lambda i: i["opened_at"])
     assert [i["first_window_start"] for i in found] == [T0 + k * W for k in onsets]
 
 
@@ -197,7 +197,7 @@ def test_a_worse_episode_holds_while_its_prediction_drift_stays_shifted(open_sto
         after_tick(config, open_store(), at(k + 1))
         got.append(regression(open_store()).state)
     with open_store().transaction() as session:
-        verdicts = [v["verdict"] for v in open_store().load_verdicts(session, "churn")]
+        verdicts = [v["verdict"] for v in open_store().verdicts.load(session, "churn")]
     assert verdicts == ["healthy"] + ["worse"] * 5 + ["healthy"] * 3
     assert got == (["inactive"] + ["firing"] * 6 + ["resolved"] * 2)[first:]
     inc = incident(open_store())

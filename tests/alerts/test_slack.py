@@ -225,8 +225,8 @@ def hostile_window(store, k: int, breach: bool) -> None:
             f("oov_rate", {"field": HOSTILE}, 0.2, 0.01)]
     part = Partial(Counter({"rows": 100, "status:ok": 100}), sketches={"latency_ms": Sketch.of(np.full(100, 50.0))})
     with store.transaction() as session:
-        store.upsert_findings(session, rows)
-        store.upsert_partials(session, "churn", [PartialRow(HOSTILE, start + i * timedelta(minutes=5), 300, "", 100,
+        store.findings.upsert(session, rows)
+        store.partials.upsert(session, "churn", [PartialRow(HOSTILE, start + i * timedelta(minutes=5), 300, "", 100,
                                                             part.to_bytes()) for i in range(3)], merge_bytes)
 
 

@@ -64,10 +64,10 @@ def write(store, start: datetime, end: datetime, findings: list[dict], rows: int
     part = Partial(Counter({"rows": rows, "status:ok": rows}),
                    sketches={"latency_ms": Sketch.of(np.full(rows, 50.0))})
     with store.transaction() as session:
-        store.upsert_findings(session, [{**f, "service": "churn", "model_version": "v2", "window_start": start,
+        store.findings.upsert(session, [{**f, "service": "churn", "model_version": "v2", "window_start": start,
                                          "window_end": end} for f in findings])
         if rows:
-            store.upsert_partials(session, "churn", [PartialRow("v2", end - timedelta(minutes=5), 300, "", rows,
+            store.partials.upsert(session, "churn", [PartialRow("v2", end - timedelta(minutes=5), 300, "", rows,
                                                                 part.to_bytes())], merge_bytes)
 
 
@@ -83,7 +83,7 @@ def test_alerts_sample_every_window_length(open_store, tmp_path, case):
     with store.transaction() as session:
         alerts = {r.alertname: r for r in session.scalars(select(AlertState)) if r.alertname == "ModelRegression"}
         posts = [o for o in session.scalars(select(Outbox)) if o.kind == "post"]
-        stored = {(v["window_start"], v["window_end"]): v for v in store.load_verdicts(session, "churn")}
+        stored = {(v["window_start"], v["window_end"]): v for v in store.verdicts.load(session, "churn")}
     assert list(alerts) == ["ModelRegression"], report.transitions  # one identity, whatever the lengths
     alert = alerts["ModelRegression"]
     assert alert.state == state, (report.transitions, report.verdicts)

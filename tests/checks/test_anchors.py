@@ -29,7 +29,7 @@ def hour_of(start: datetime, latency_ms: float, version: str = "v1", n: int = 20
 def stored(store, frames: list[pd.DataFrame]) -> None:
     rows = fold(pd.concat(frames, ignore_index=True), HOUR, [], timed=False)
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", rows, merge_bytes)
+        store.partials.upsert(session, "svc", rows, merge_bytes)
 
 
 def p50(scored) -> dict[datetime, object]:
@@ -209,7 +209,7 @@ def test_a_burst_of_rejects_in_one_bucket_is_one_event_not_a_reject_rate(store):
     burst = [minutes(later, 600, 95, "w"), minutes(later + five, 600, 0, "w"), minutes(later + 2 * five, 600, 0, "w")]
     rows = fold(pd.concat(day + burst + spread, ignore_index=True), five, [], timed=False)
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", rows, merge_bytes)
+        store.partials.upsert(session, "svc", rows, merge_bytes)
 
     def reject(start):
         [scored] = [s for s in score(store, "svc", None, [(start, start + 3 * five)]) if s.segment == ALL]

@@ -40,7 +40,7 @@ def test_a_busy_hour_is_slow_against_the_day_but_not_against_its_own_hour(store)
     frames.append(hour_of(START, 100.0, 200, rng))
     rows = fold(pd.concat(frames, ignore_index=True), HOUR, [], timed=False)
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", rows, merge_bytes)
+        store.partials.upsert(session, "svc", rows, merge_bytes)
 
     def p50(kind):
         [scored] = score(store, "svc", None, [(START, START + HOUR)], baseline_kind=kind)
@@ -68,7 +68,7 @@ def test_windows_scored_together_read_each_stored_bucket_once_and_score_as_alone
     frame["Contract"] = np.where(np.arange(len(frame)) % 3 == 0, "One year", "Month-to-month")
     rows = fold(frame, timedelta(minutes=15), ["Contract"], timed=False)
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", rows, merge_bytes)
+        store.partials.upsert(session, "svc", rows, merge_bytes)
     quarter = timedelta(minutes=15)
     windows = [(START + k * quarter, START + (k + 1) * quarter) for k in range(12)]
     windows += [(START + h * HOUR, START + (h + 1) * HOUR) for h in range(3)]

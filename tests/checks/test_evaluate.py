@@ -57,9 +57,9 @@ def test_findings_store_and_load(store, sample, window, schema, reference_profil
     findings = evaluate(w, reference_profile, trailing)
     start, end = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 1, 1, tzinfo=UTC)
     with store.transaction() as session:
-        store.upsert_findings(session, [f.to_row("svc", "v1", start, end) for f in findings])
+        store.findings.upsert(session, [f.to_row("svc", "v1", start, end) for f in findings])
     with store.transaction() as session:
-        loaded = store.load_findings(session, "svc")
+        loaded = store.findings.load(session, "svc")
     assert len(loaded) == len(findings)
     drift_x = next(r for r in loaded if r["check"] == "drift" and r["labels"] == {"field": "x"})
     assert drift_x["detail"]["bins"] == 10 and drift_x["p_value"] is not None

@@ -85,7 +85,7 @@ def replay(root: Path, hours: int, shift: dict[str, float] | None = None, shift_
             report = tick(cfg, store, T0 + timedelta(hours=k + 1, minutes=5))[0]
             assert report.status == "ok", report.error
     with store.transaction() as session:
-        findings = store.load_findings(session, "digits")
+        findings = store.findings.load(session, "digits")
     by_window = defaultdict(list)
     for f in findings:
         by_window[(f["window_start"], f["window_end"], f["model_version"])].append(f)
@@ -153,7 +153,7 @@ def test_compared_with_an_accepted_day_of_serving_history(tmp_path):
     assert all("px30" in json.dumps(v.attribution["inputs"], default=str) for v in after)
     store = Store(config_mod.load(str(tmp_path / "tailwatch.yaml")).storage.url)
     with store.transaction() as session:
-        drift = store.load_findings(session, "digits", since=T0 + timedelta(hours=30), check="drift")
+        drift = store.findings.load(session, "digits", since=T0 + timedelta(hours=30), check="drift")
     store.dispose()
     assert {f["detail"]["against"] for f in drift} == {"serving_history"}
 

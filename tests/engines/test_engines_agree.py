@@ -36,7 +36,7 @@ def engine_store(world: dict, kind: str, client=None) -> tuple[Store, object]:
 
 def stored(store: Store) -> dict:
     with store.transaction() as session:
-        rows = store.load_partials(session, "churn", pd.Timestamp("2000-01-01", tz="UTC"),
+        rows = store.partials.load(session, "churn", pd.Timestamp("2000-01-01", tz="UTC"),
                                    pd.Timestamp("2100-01-01", tz="UTC"))
     return {(r.model_version, r.bucket_start, r.bucket_seconds, r.segment): (r.rows, Partial.from_bytes(r.payload))
             for r in rows}

@@ -37,8 +37,8 @@ def test_scan_command_folds_stores_and_scores(world, tmp_path):
     store = Store(raw["storage"]["url"])
     try:
         with store.transaction() as session:
-            findings = store.load_findings(session, "churn")
-            partials = store.load_partials(session, "churn", world["now"].replace(year=2000), world["now"])
+            findings = store.findings.load(session, "churn")
+            partials = store.partials.load(session, "churn", world["now"].replace(year=2000), world["now"])
     finally:
         store.dispose()
     assert partials and max(p.bucket_start for p in partials).isoformat() < "2026-11-02T01:00"

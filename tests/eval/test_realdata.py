@@ -134,6 +134,6 @@ def _stored(out) -> tuple[list[dict], list[dict]]:
     store = Store(f"sqlite:///{out / 'tailwatch.db'}")
     try:
         with store.transaction() as session:
-            return store.load_incidents(session, service), store.load_verdicts(session, service)
+            return store.incidents.load(session, service), store.verdicts.load(session, service)
     finally:
         store.dispose()

@@ -19,12 +19,12 @@ T0 = datetime(2026, 11, 2, 10, tzinfo=UTC)
 
 def test_accept_once_and_load_the_acceptances(store):
     with store.transaction() as session:
-        assert store.accept_version(session, "churn", "v2", T0, "ana", "cache key fixed")
-        assert not store.accept_version(session, "churn", "v2", T0 + timedelta(hours=1), "bo")
-        assert store.accept_version(session, "churn", "pp2", T0 + timedelta(hours=2))
-        assert store.accept_version(session, "other", "v9", T0)
+        assert store.versions.accept(session, "churn", "v2", T0, "ana", "cache key fixed")
+        assert not store.versions.accept(session, "churn", "v2", T0 + timedelta(hours=1), "bo")
+        assert store.versions.accept(session, "churn", "pp2", T0 + timedelta(hours=2))
+        assert store.versions.accept(session, "other", "v9", T0)
     with store.transaction() as session:
-        got = store.load_acceptances(session, "churn")
+        got = store.versions.load_accepted(session, "churn")
     assert got == [{"value": "v2", "accepted_at": T0, "accepted_by": "ana", "comment": "cache key fixed"},
                    {"value": "pp2", "accepted_at": T0 + timedelta(hours=2), "accepted_by": "", "comment": ""}]
 
@@ -53,8 +53,8 @@ def test_tailwatch_accept_then_the_anchors_of_a_tick(tmp_path, monkeypatch):
     store = Store(cfg.storage.url)
     try:
         with store.transaction() as session:
-            store.record_versions(session, "churn", "model_version", {"v1": T0 - timedelta(days=3), "v2": T0})
-            store.record_versions(session, "churn", "preprocess_version", {"pp1": T0 - timedelta(days=3)})
+            store.versions.record(session, "churn", "model_version", {"v1": T0 - timedelta(days=3), "v2": T0})
+            store.versions.record(session, "churn", "preprocess_version", {"pp1": T0 - timedelta(days=3)})
             session.add(Incident(service="churn", model_version="v2", verdict="slower", status="open",
                                  opened_at=T0 + timedelta(minutes=30), first_window_start=T0, fingerprint="a",
                                  updated_at=T0))
@@ -84,7 +84,7 @@ def test_tailwatch_accept_then_the_anchors_of_a_tick(tmp_path, monkeypatch):
         assert after.anchors_of("v1", at, quarter) == []
         assert after.anchors_of("v2", at.replace(minute=7), timedelta(hours=1)) == [pp1, T0]
         with store.transaction() as session:
-            store.record_versions(session, "churn", "preprocess_version", {"pp2": T0 + timedelta(minutes=20)})
+            store.versions.record(session, "churn", "preprocess_version", {"pp2": T0 + timedelta(minutes=20)})
         late = load_anchors(cfg.services[0], store)
         assert late.anchors_of("v1", at, quarter) == [T0 + timedelta(minutes=15)]  # the newest unaccepted
         assert late.anchors_of("v1", T0, quarter) == []  # not yet seen at the window's start

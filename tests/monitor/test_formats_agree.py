@@ -55,7 +55,7 @@ def stored(cfg: config_mod.Config) -> list[tuple]:
         assert report.status == "ok", report.error
         assert report.folded == ROWS
         with store.transaction() as s:
-            found = store.load_partials(s, "churn", datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
+            found = store.partials.load(s, "churn", datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
             return sorted((r.model_version, r.bucket_start, r.segment, r.rows, r.payload) for r in found)
     finally:
         store.dispose()

@@ -114,7 +114,7 @@ def test_every_reason_quarantined_and_valid_rows_accepted_once(store, tmp_path, 
     assert counts == Counter({r.value: BAD_EACH for r in PREDICTION_REASONS}) + Counter(
         {Reason.bad_duration.value: BAD_EACH, Reason.orphan_timing.value: BAD_EACH})
     with store.transaction() as s:
-        assert store.quarantine_counts(s, "churn") == dict(counts)
+        assert store.quarantine.counts(s, "churn") == dict(counts)
         rows = s.query(QuarantineRow).filter(QuarantineRow.kind == "predictions").all()
     got = {int(r.position.rsplit(":", 1)[1]): r.reason for r in rows}
     assert got == {line: reason.value for line, reason in expected.items()}
@@ -130,7 +130,7 @@ def test_reader_failing_part_way_then_restarting_accepts_each_row_once(store, tm
     write_dataset(tmp_path)
     cfg = make_config(tmp_path, chunk_bytes=64 * 1024)
     calls = {"n": 0}
-    real = type(store).upsert_partials
+    real = type(store.partials).upsert
 
     def flaky(self, *args, **kwargs):
         calls["n"] += 1
@@ -138,7 +138,7 @@ def test_reader_failing_part_way_then_restarting_accepts_each_row_once(store, tm
             raise OSError("disk went away")
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(type(store), "upsert_partials", flaky)
+    monkeypatch.setattr(type(store.partials), "upsert", flaky)
     [first] = tick(cfg, store, NOW)
     assert first.status == "error" and "disk went away" in first.error
     partial = stored_rows(store)
@@ -147,7 +147,7 @@ def test_reader_failing_part_way_then_restarting_accepts_each_row_once(store, tm
     assert second.status == "ok", second.error
     assert stored_rows(store) == VALID
     with store.transaction() as s:
-        counts = store.quarantine_counts(s, "churn")
+        counts = store.quarantine.counts(s, "churn")
     assert counts == {r.value: BAD_EACH for r in PREDICTION_REASONS} | {
         Reason.bad_duration.value: 2 * BAD_EACH, Reason.orphan_timing.value: BAD_EACH}
 
@@ -261,7 +261,7 @@ def test_first_sightings_of_each_version_field_are_recorded(store, tmp_path):
     (tmp_path / "p" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))  # late, older rows
     tick(cfg, store, NOW)
     with store.transaction() as s:
-        seen = {(v["kind"], v["value"]): v["first_seen"] for v in store.load_versions(s, "churn")}
+        seen = {(v["kind"], v["value"]): v["first_seen"] for v in store.versions.load(s, "churn")}
     ts = [pd.Timestamp(r["ts"]).to_pydatetime() for r in rows]
     assert seen == {("model_version", "v1"): ts[0], ("preprocess_version", "p1"): ts[0],
                     ("config_hash", "aaa"): ts[0], ("config_hash", "bbb"): ts[6]}

@@ -345,7 +345,7 @@ def test_a_tick_with_a_reference_stores_histograms_sketches_and_findings_inputs(
     [report] = tick(cfg, store, now)
     assert report.status == "ok", report.error
     with store.transaction() as s:
-        rows = store.load_partials(s, "svc", now - timedelta(days=1), now, segment=ALL)
+        rows = store.partials.load(s, "svc", now - timedelta(days=1), now, segment=ALL)
     window = merge_all(Partial.from_bytes(r.payload) for r in rows)
     assert window.rows == 300 and sum(window.hists["x"]) == 300 and sum(window.hists["len:t"]) == 300
     assert window.sketches[LATENCY].count == 300 and window.sketches["signal:queue_depth"].count == 300

@@ -102,7 +102,7 @@ def partial_table(store: Store, service: str = "svc") -> dict:
     """Stored partials by key, as comparable values: rows, exact counts, histograms, sketch bins and counts,
     and float sums rounded (their addition order may differ)."""
     with store.transaction() as session:
-        rows = store.load_partials(session, service, datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
+        rows = store.partials.load(session, service, datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
     out = {}
     for r in rows:
         p = Partial.from_bytes(r.payload)
@@ -119,7 +119,7 @@ FINDING_KEYS = ("check", "model_version", "window_start", "window_end", "labels_
 def finding_table(store: Store, service: str = "svc") -> dict:
     """Stored findings by identity: status, n and rounded values (ids, tick ids and times left out)."""
     with store.transaction() as session:
-        rows = store.load_findings(session, service)
+        rows = store.findings.load(session, service)
     return {(f["check"], f["model_version"], f["window_start"], f["window_end"], f["labels_key"]):
             (f["status"], f["n"], *(None if f[k] is None else round(f[k], 6) for k in ("value", "baseline")))
             for f in rows}
@@ -127,7 +127,7 @@ def finding_table(store: Store, service: str = "svc") -> dict:
 
 def quarantine_total(store: Store, service: str = "svc") -> int:
     with store.transaction() as session:
-        return sum(store.quarantine_counts(session, service).values())
+        return sum(store.quarantine.counts(session, service).values())
 
 
 def tailwatch(config: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:

@@ -109,7 +109,7 @@ def test_backfill_killed_mid_step_resumes_to_the_same_tables(tmp_path, feed, liv
     try:
         def reached():
             with store.transaction() as session:
-                run = store.open_backfill(session)
+                run = store.backfills.open(session)
             return run is not None and run["reached"] is not None and run["reached"] >= SINCE + 2 * STEP
 
         wait_for(lambda: proc.poll() is not None or reached(), timeout=90, every=0.02, what="two backfill steps")
@@ -192,7 +192,7 @@ def _write_parquet(work, parquet):
 
 def _labelled_tables(store):
     with store.transaction() as session:
-        reasons = store.quarantine_counts(session, "svc")
+        reasons = store.quarantine.counts(session, "svc")
     with store.engine.connect() as conn:
         labels = conn.execute(text("select count(*) from labels")).scalar()
         joined, unmatched = conn.execute(text("select sum(joined), sum(unmatched) from ticks")).one()
@@ -282,7 +282,7 @@ def test_backfill_joins_timings_without_start_ts_to_their_predictions(tmp_path, 
     _, cfg, store = _setup(tmp_path, labelled_feed, everything=True)  # predictions and timings, no labels
     backfill.run(cfg, store, START, LABELLED_UNTIL)
     with store.transaction() as session:
-        reasons = store.quarantine_counts(session, "svc")
+        reasons = store.quarantine.counts(session, "svc")
     with store.engine.connect() as conn:
         joined, unmatched = conn.execute(text("select sum(joined), sum(unmatched) from ticks")).one()
     assert "orphan_timing" not in reasons

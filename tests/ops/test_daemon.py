@@ -184,6 +184,6 @@ def test_sigterm_exits_0_within_the_bound_after_a_last_after_tick_attempt(tmp_pa
     assert CANARY not in text + out.decode()
     assert "***" in text and "stage failed" in text
     with store.transaction() as session:
-        events = store.load_job_events(session, datetime(2000, 1, 1, tzinfo=UTC))
+        events = store.job_events.load(session, datetime(2000, 1, 1, tzinfo=UTC))
     leaky = [e for e in events if e["job"] == "tick:__main__.leaky"]
     assert leaky and all(CANARY not in e["message"] and "***" in e["message"] for e in leaky)

@@ -41,7 +41,7 @@ def _prepare(work, preds, timings):
 def _committed_lines(store) -> int:
     with store.transaction() as session:
         return sum(s.line for source in ("svc/predictions", "svc/timings")
-                   for s in store.load_offsets(session, source).values())
+                   for s in store.offsets.load(session, source).values())
 
 
 def _tick(cfg_path, timeout=120):
@@ -83,7 +83,7 @@ def test_kill_9_at_random_moments_then_restart_equals_an_uninterrupted_tick(tmp_
         if proc.returncode == 0:
             break
         with store.transaction() as session:
-            interrupted |= {t.id for t in store.running_ticks(session)}
+            interrupted |= {t.id for t in store.ticks.running(session)}
         if kills >= 3:
             break
     if proc.returncode != 0:
@@ -104,6 +104,6 @@ def test_kill_9_at_random_moments_then_restart_equals_an_uninterrupted_tick(tmp_
     assert finding_table(store) == finding_table(ref)
     assert quarantine_total(store) == quarantine_total(ref) > 0
     with store.transaction() as session:
-        assert not store.running_ticks(session)  # every killed tick was closed by the recovery
-        statuses = [t.status for t in store.last_ticks(session, "svc", limit=50)]
+        assert not store.ticks.running(session)  # every killed tick was closed by the recovery
+        statuses = [t.status for t in store.ticks.last(session, "svc", limit=50)]
     assert statuses.count("error") == len(interrupted) and statuses[0] == "ok"

@@ -16,8 +16,9 @@ from sqlalchemy import create_engine, text
 from test_daemon import free_port, get, metric, samples
 
 from monitor import config as config_mod
-from monitor.daemon.leader import AdvisoryLock, Fenced, FileLeaderLock, LeaderLost, for_store
+from monitor.daemon.leader import Fenced
 from monitor.daemon.service import Daemon
+from storage.lock import AdvisoryLock, FileLeaderLock, LeaderLost, for_store
 from storage.store import Store
 
 HANDOVER_BOUND_S = 10  # lock_retry 0.5 s, plus a follower's start-up under a loaded CI machine
@@ -155,7 +156,7 @@ def test_leader_whose_lock_connection_drops_stops_scheduling(tmp_path, pg_schema
         time.sleep(1.5)  # five intervals: no tick while another process holds the lock
         assert _ticks(daemon) == frozen
         with store.transaction() as session:
-            events = store.load_job_events(session, datetime(2000, 1, 1, tzinfo=UTC))
+            events = store.job_events.load(session, datetime(2000, 1, 1, tzinfo=UTC))
         assert any(e["job"] == "leader" and "lost" in e["message"] for e in events)
     finally:
         daemon.request_stop()
@@ -181,7 +182,7 @@ def test_a_new_leader_waits_for_the_old_leaders_open_transaction_and_the_old_one
 
     def old_tick():  # a tick step of the old leader, open when its lock connection dies
         with old.transaction() as session:
-            store_a.add_job_event(session, datetime.now(UTC), "tick", "error", "old", "written by the old leader")
+            store_a.job_events.add(session, datetime.now(UTC), "tick", "error", "old", "written by the old leader")
             inside.set()
             finish.wait(10)
 
@@ -201,9 +202,9 @@ def test_a_new_leader_waits_for_the_old_leaders_open_transaction_and_the_old_one
         taker.join(10)
         assert taken and taken[0][0] and taken[0][1] >= committed
         with pytest.raises(LeaderLost), old.transaction() as session:  # the old leader's next step
-            store_a.add_job_event(session, datetime.now(UTC), "tick", "error", "old", "must not commit")
+            store_a.job_events.add(session, datetime.now(UTC), "tick", "error", "old", "must not commit")
         with store_b.transaction() as session:
-            messages = [e["message"] for e in store_b.load_job_events(session, datetime(2000, 1, 1, tzinfo=UTC))]
+            messages = [e["message"] for e in store_b.job_events.load(session, datetime(2000, 1, 1, tzinfo=UTC))]
         assert messages == ["written by the old leader"]
     finally:
         finish.set()

@@ -63,7 +63,7 @@ def test_a_failing_stage_is_isolated_counted_and_recorded(tmp_path, store):
     assert isinstance(results[jobs.stage_name(broken)], ValueError) and results[jobs.stage_name(after)] == "ran"
     assert calls == [now]
     with store.transaction() as session:
-        (event,) = store.load_job_events(session, now)
+        (event,) = store.job_events.load(session, now)
     assert event["kind"] == "error" and event["job"].endswith("broken") and "stage broke" in event["message"]
     assert metrics.job_errors.labels(job=event["job"])._value.get() == 1
 

@@ -47,7 +47,7 @@ def test_compaction_keeps_counts_and_whole_window_findings(tmp_path, store):
     raw = partial_table(store)
     hourly_before, daily_before = _findings(store, timedelta(hours=1), 3), _findings(store, timedelta(days=1), 1)
     with store.transaction() as session:
-        first_hour = store.load_partials(session, "svc", START, START + timedelta(hours=1), segment="",
+        first_hour = store.partials.load(session, "svc", START, START + timedelta(hours=1), segment="",
                                          model_version="v1")
 
     done = retention.apply(cfg, store, START + timedelta(hours=6))
@@ -56,7 +56,7 @@ def test_compaction_keeps_counts_and_whole_window_findings(tmp_path, store):
     assert {k[2] for k in compacted} == {3600}
     assert _hourly(compacted) == _hourly(raw)  # every row still counted, in its hour
     with store.transaction() as session:
-        (hour,) = [Partial.from_bytes(r.payload) for r in store.load_partials(
+        (hour,) = [Partial.from_bytes(r.payload) for r in store.partials.load(
             session, "svc", START, START + timedelta(hours=1), segment="", model_version="v1")]
     v1 = merge_all(Partial.from_bytes(r.payload) for r in first_hour)
     assert len(first_hour) == 12 and hour.counts == v1.counts and hour.hists == v1.hists
@@ -77,21 +77,21 @@ def test_expiry_of_quarantine_sent_notifications_ticks_and_job_events(tmp_path, 
     cfg = config_mod.load(write_config(tmp_path, retention=TIERS))
     old, now = START, START + timedelta(days=3)
     with store.transaction() as session:
-        store.add_quarantine(session, [{"service": "svc", "kind": "predictions", "source": "f", "position": "f:1",
+        store.quarantine.add(session, [{"service": "svc", "kind": "predictions", "source": "f", "position": "f:1",
                                         "reason": "unparseable", "created_at": t} for t in (old, now)])
         session.execute(insert(Outbox), [
             {"dedup_key": f"k{i}", "created_at": old, "channel": "slack", "payload": {}, "status": status,
              "next_attempt_at": old, "sent_at": old if status == "sent" else None}
             for i, status in enumerate(("sent", "pending", "failed"))])
-        tick_id = store.start_tick(session, "svc", old)
-        store.finish_tick(session, tick_id, "ok", {}, {})
-        store.start_tick(session, "svc", old)  # still running: recovery needs it, never expired
-        store.add_job_event(session, old, "tick", "error", "x", "boom")
-        store.add_job_event(session, now, "tick", "error", "x", "boom")
+        tick_id = store.ticks.start(session, "svc", old)
+        store.ticks.finish(session, tick_id, "ok", {}, {})
+        store.ticks.start(session, "svc", old)  # still running: recovery needs it, never expired
+        store.job_events.add(session, old, "tick", "error", "x", "boom")
+        store.job_events.add(session, now, "tick", "error", "x", "boom")
     done = retention.apply(cfg, store, now)
     assert done["expired"] == {"quarantine": 1, "outbox_sent": 1, "ticks": 1, "job_events": 1}
     with store.transaction() as session:
         assert session.scalar(select(func.count()).select_from(QuarantineRow)) == 1
         assert sorted(session.scalars(select(Outbox.status))) == ["failed", "pending"]
-        assert [t.status for t in store.last_ticks(session, "svc")] == ["running"]
-        assert len(store.load_job_events(session, old)) == 1
+        assert [t.status for t in store.ticks.last(session, "svc")] == ["running"]
+        assert len(store.job_events.load(session, old)) == 1

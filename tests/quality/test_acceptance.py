@@ -162,16 +162,16 @@ def test_false_discoveries_are_controlled_over_a_windows_groups(tmp_path: Path) 
 def store_window(store, pairs, start: datetime, version: str = "v1") -> None:
     """The window's predictions and their labels, stored as the tick stores them."""
     with store.transaction() as session:
-        store.add_scored_predictions(session, "svc", [
+        store.labels.add_predictions(session, "svc", [
             {"request_id": r[0], "model_version": r[1], "ts": r[2], "status": r[3], "prediction": r[4],
              "scores": None, "attrs": r[6]} for r in rows(pairs, start, version)])
-        store.upsert_labels(session, "svc", [{"request_id": r[0], "label": r[7], "label_ts": None}
+        store.labels.upsert(session, "svc", [{"request_id": r[0], "label": r[7], "label_ts": None}
                                              for r in rows(pairs, start, version)], start + 2 * HOUR)
 
 
 def acceptance(store) -> dict[datetime, dict]:
     with store.transaction() as session:
-        return {_utc(r["window_start"]): r for r in store.load_findings(session, "svc", check="acceptance")}
+        return {_utc(r["window_start"]): r for r in store.findings.load(session, "svc", check="acceptance")}
 
 
 def _utc(t: datetime) -> datetime:
@@ -212,7 +212,7 @@ def test_a_periods_windows_are_one_family_whichever_are_scored_together(store, t
     # Hour 4's labels are corrected: 11 more missed positives, a second drop. Re-scored alone, it and hour 1
     # breach together (BH: 2 of 6 below 2/6 x 0.05).
     with store.transaction() as session:
-        store.upsert_labels(session, "svc", [{"request_id": r[0], "label": r[7], "label_ts": None} for r in
+        store.labels.upsert(session, "svc", [{"request_id": r[0], "label": r[7], "label_ts": None} for r in
                                              rows(labelled(binary(150, 124, 150, 144)), hours[4][0])], now)
     score_service(cfg, svc, store, now, [hours[4]])
     after = acceptance(store)

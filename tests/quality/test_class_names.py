@@ -146,7 +146,7 @@ def test_reference_quality_matches_serving_classes_whatever_their_spelling(
         assert not result.quarantined
         windows = score_service(cfg, service, store, now, windows=[(T0, T0 + timedelta(hours=1))])
         with store.transaction() as session:
-            drift = [f for f in store.load_findings(session, "svc", check="prediction_drift")
+            drift = [f for f in store.findings.load(session, "svc", check="prediction_drift")
                      if f["labels"] == {"output": "prediction"} and f["window_end"] - f["window_start"] == timedelta(hours=1)]
     finally:
         store.dispose()

@@ -104,7 +104,7 @@ def test_late_changed_repeated_unknown_and_unmatched_labels(store, tmp_path: Pat
     assert r.labels_expired == 1 and r.quarantined == {"orphan_label": 1}
     assert set(labels_in(store)) == {"r0", "r1", "r10"}
     with store.transaction() as session:
-        assert store.quarantine_counts(session, "svc") == {"unknown_label": 1, "orphan_label": 1}
+        assert store.quarantine.counts(session, "svc") == {"unknown_label": 1, "orphan_label": 1}
     assert any("are left out" in n for n in r.notes)  # the failed-as-miss choice, stated in every report
 
 
@@ -117,7 +117,7 @@ def test_label_changes_rescore_the_window_in_place(store, tmp_path: Path) -> Non
 
     def recall_yes() -> dict:
         with store.transaction() as session:
-            rows = store.load_findings(session, "svc", check="quality")
+            rows = store.findings.load(session, "svc", check="quality")
         return next(f for f in rows if f["labels"] == {"metric": "recall", "class": "Yes", "group": "all"})
 
     first = recall_yes()
@@ -134,7 +134,7 @@ def test_label_changes_rescore_the_window_in_place(store, tmp_path: Path) -> Non
 
 def _all(store, check: str) -> list[dict]:
     with store.transaction() as session:
-        return store.load_findings(session, "svc", check=check)
+        return store.findings.load(session, "svc", check=check)
 
 
 @pytest.mark.parametrize("expression", [

@@ -26,7 +26,7 @@ RARE_RULE = {"name": "rare floor", "metric": "recall", "class": "Yes", "group": 
 
 def findings(store, check: str) -> list[dict]:
     with store.transaction() as session:
-        return store.load_findings(session, "churn", check=check)
+        return store.findings.load(session, "churn", check=check)
 
 
 def one(rows: list[dict], **labels) -> list[dict]:

@@ -53,7 +53,7 @@ def _fill(store: Store) -> int:
     """Store the frame's 5-minute partials and an incident (slower, v2) from ONSET to END; its id."""
     rows = fold(_frame(), timedelta(minutes=5), SCHEMA.segments, timed=True, schema=SCHEMA, profile=PROFILE)
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", rows, merge_bytes)
+        store.partials.upsert(session, "svc", rows, merge_bytes)
         incident = Incident(service="svc", model_version="v2", verdict="slower", status="resolved",
                             opened_at=ONSET + timedelta(minutes=15), resolved_at=END, first_window_start=ONSET,
                             last_window_end=END, fingerprint="fp", summary={"text": "model stage"}, updated_at=END)
@@ -71,7 +71,7 @@ def _fill(store: Store) -> int:
 
 def _sizes(store: Store) -> set[int]:
     with store.transaction() as session:
-        return {r.bucket_seconds for r in store.load_partials(session, "svc", DAY0, DAY0 + timedelta(days=DAYS))}
+        return {r.bucket_seconds for r in store.partials.load(session, "svc", DAY0, DAY0 + timedelta(days=DAYS))}
 
 
 def _merged(store: Store, since: datetime, until: datetime, **kw) -> dict:

@@ -362,7 +362,7 @@ def finding_table(store: Store) -> dict:
     """Every stored finding by identity, without its id and wall-clock write time (`created_at`, stamped
     again by every rewrite, so it differs between any two runs)."""
     with store.transaction() as session:
-        rows = store.load_findings(session, "churn")
+        rows = store.findings.load(session, "churn")
     return {(f["check"], f["model_version"], f["window_start"], f["window_end"], f["labels_key"]):
             {k: v for k, v in f.items() if k not in ("id", "created_at")} for f in rows}
 

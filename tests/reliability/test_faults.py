@@ -52,9 +52,9 @@ def make_config(root) -> config_mod.Config:
 def stored(store: Store) -> tuple[int, Counter, dict]:
     """(rows in partials, quarantine counts, per-bucket row counts) as stored."""
     with store.transaction() as s:
-        rows = store.load_partials(s, "churn", datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC),
+        rows = store.partials.load(s, "churn", datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC),
                                    segment=ALL)
-        quarantine = Counter(store.quarantine_counts(s, "churn"))
+        quarantine = Counter(store.quarantine.counts(s, "churn"))
     per_bucket = {(r.bucket_start, r.model_version): Partial.from_bytes(r.payload).rows for r in rows}
     return sum(per_bucket.values()), quarantine, per_bucket
 
@@ -74,10 +74,10 @@ def reference_run(tmp_path_factory, files: list[tuple[str, int, int]]) -> tuple[
         store.dispose()
 
 
-def failing_on_call(monkeypatch, store: Store, method: str, call: int, fault) -> dict:
-    """Make the `call`-th call of Store.`method` run `fault(session)` first; returns the call counter."""
+def failing_on_call(monkeypatch, repository, method: str, call: int, fault) -> dict:
+    """Make the `call`-th call of `repository`.`method` run `fault(session)` first; returns the call counter."""
     calls = {"n": 0}
-    real = getattr(type(store), method)
+    real = getattr(type(repository), method)
 
     def wrapped(self, session, *args, **kwargs):
         calls["n"] += 1
@@ -85,7 +85,7 @@ def failing_on_call(monkeypatch, store: Store, method: str, call: int, fault) ->
             fault(session)
         return real(self, session, *args, **kwargs)
 
-    monkeypatch.setattr(type(store), method, wrapped)
+    monkeypatch.setattr(type(repository), method, wrapped)
     return calls
 
 
@@ -105,7 +105,7 @@ def test_database_connection_killed_mid_tick_then_back(request, tmp_path, tmp_pa
         except Exception:
             pass
 
-    failing_on_call(monkeypatch, store, "upsert_partials", 3, kill_own_connection)
+    failing_on_call(monkeypatch, store.partials, "upsert", 3, kill_own_connection)
     cfg = make_config(tmp_path)
     [first] = tick(cfg, store, NOW)
     assert first.status == "error" and first.error
@@ -141,7 +141,7 @@ def test_disk_full_mid_tick_then_space_freed(tmp_path, tmp_path_factory, monkeyp
         session.execute(text("CREATE TABLE IF NOT EXISTS filler (x BLOB)"))
         session.execute(text("INSERT INTO filler VALUES (zeroblob(1048576))"))
 
-    failing_on_call(monkeypatch, store, "upsert_partials", 3, fill_disk)
+    failing_on_call(monkeypatch, store.partials, "upsert", 3, fill_disk)
     cfg = make_config(tmp_path)
     [first] = tick(cfg, store, NOW)
     assert first.status == "error" and "full" in first.error.lower()

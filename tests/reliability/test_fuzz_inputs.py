@@ -151,7 +151,7 @@ def tick_and_account(store: Store, cfg: config_mod.Config, kind: str = "predicti
         assert report.folded + report.duplicates + report.pending_predictions == accepted
         assert stored_rows(store, service) == report.folded
     with store.transaction() as s:
-        assert sum(store.quarantine_counts(s, service).values()) == quarantined
+        assert sum(store.quarantine.counts(s, service).values()) == quarantined
     [again] = tick(cfg, store, NOW + timedelta(minutes=1))
     assert again.status == "ok" and sum(again.read.values()) == 0, again.as_dict()
     return {"read": read, "accepted": accepted, "quarantined": quarantined,

@@ -20,6 +20,7 @@ from monitor import config as config_mod
 from monitor.daemon.runner import tick
 from monitor.ingest.sources import chunks as chunks_mod
 from monitor.ingest.sources import files as files_mod
+from storage.offsets import Offsets
 from storage.store import Store
 
 pytestmark = pytest.mark.reliability
@@ -222,8 +223,8 @@ def test_many_small_files_commit_their_offsets_together(tmp_path, store, record_
     for i in range(n):
         (logs / f"f{i:05d}.jsonl").write_text(json.dumps(valid_row(i)) + "\n")
     calls = []
-    real = Store.save_offsets
-    monkeypatch.setattr(Store, "save_offsets", lambda self, session, source, states: calls.append(len(list(states)))
+    real = Offsets.save
+    monkeypatch.setattr(Offsets, "save", lambda self, session, source, states: calls.append(len(list(states)))
                         or real(self, session, source, states))
     [report] = run(make_config(logs), store)
     assert stored_rows(store) == n and report.read["predictions"] == n

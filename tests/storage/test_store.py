@@ -13,9 +13,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 
+from storage.database import MIGRATIONS_DIR, SchemaError, StoreError
 from storage.models import Base, FindingRow, Tick
+from storage.offsets import OffsetState
 from storage.rows import PartialRow
-from storage.store import MIGRATIONS_DIR, OffsetState, SchemaError, Store, StoreError
+from storage.store import Store
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 # Every table the models declare; the migrations must create exactly these (checked column by column below).
@@ -98,13 +100,13 @@ def test_ensure_current_behind(empty_store: Store, monkeypatch: pytest.MonkeyPat
 def test_transaction_rolls_back_on_exception(store: Store) -> None:
     with pytest.raises(RuntimeError, match="boom"):
         with store.transaction() as session:
-            store.start_tick(session, "svc", T0)
+            store.ticks.start(session, "svc", T0)
             raise RuntimeError("boom")
     with store.transaction() as session:
-        assert store.last_ticks(session, "svc", 10) == []
-        store.start_tick(session, "svc", T0)
+        assert store.ticks.last(session, "svc", 10) == []
+        store.ticks.start(session, "svc", T0)
     with store.transaction() as session:
-        assert len(store.last_ticks(session, "svc", 10)) == 1
+        assert len(store.ticks.last(session, "svc", 10)) == 1
 
 
 # -- offsets -----------------------------------------------------------------------------------
@@ -114,16 +116,16 @@ def test_offsets_round_trip_and_upsert(store: Store) -> None:
     a = OffsetState("a", "/logs/a.jsonl", offset=100, line=3, fingerprint="fp-a", size=100)
     b = OffsetState("b", "/logs/b.jsonl", offset=0, line=0)
     with store.transaction() as session:
-        assert store.load_offsets(session, "preds") == {}
-        store.save_offsets(session, "preds", [a, b])
+        assert store.offsets.load(session, "preds") == {}
+        store.offsets.save(session, "preds", [a, b])
     a2 = OffsetState("a", "/logs/a.jsonl", offset=250, line=7, fingerprint="fp-a", size=300)
     c = OffsetState("c", "db:table", cursor="2025-03-01T12:00:00Z")
     with store.transaction() as session:
-        store.save_offsets(session, "preds", [a2, c])
-        store.save_offsets(session, "other", [a])
+        store.offsets.save(session, "preds", [a2, c])
+        store.offsets.save(session, "other", [a])
     with store.transaction() as session:
-        assert store.load_offsets(session, "preds") == {"a": a2, "b": b, "c": c}
-        assert store.load_offsets(session, "other") == {"a": a}
+        assert store.offsets.load(session, "preds") == {"a": a2, "b": b, "c": c}
+        assert store.offsets.load(session, "other") == {"a": a}
 
 
 # -- ticks -------------------------------------------------------------------------------------
@@ -133,13 +135,13 @@ def test_tick_lifecycle(store: Store) -> None:
     clock_times = iter([T0 + timedelta(seconds=1), T0 + timedelta(seconds=5), T0 + timedelta(seconds=9)])
     store.clock = lambda: next(clock_times)
     with store.transaction() as session:
-        first = store.start_tick(session, "svc", T0)
-        store.finish_tick(session, first, "ok", {"rows_read": 10, "accepted": 9, "quarantined": 1}, {"a": 1})
-        second = store.start_tick(session, "svc", T0 + timedelta(minutes=1))
+        first = store.ticks.start(session, "svc", T0)
+        store.ticks.finish(session, first, "ok", {"rows_read": 10, "accepted": 9, "quarantined": 1}, {"a": 1})
+        second = store.ticks.start(session, "svc", T0 + timedelta(minutes=1))
     with store.transaction() as session:
-        newest, oldest = store.last_ticks(session, "svc", 5)
-        assert store.last_ticks(session, "svc", 1) == [newest]
-        assert store.last_ticks(session, "other", 5) == []
+        newest, oldest = store.ticks.last(session, "svc", 5)
+        assert store.ticks.last(session, "svc", 1) == [newest]
+        assert store.ticks.last(session, "other", 5) == []
     assert (newest.id, newest.status, newest.finished_at, newest.summary) == (second, "running", None, None)
     assert newest.now == T0 + timedelta(minutes=1)
     assert oldest.id == first and oldest.status == "ok"
@@ -151,11 +153,11 @@ def test_tick_lifecycle(store: Store) -> None:
     assert oldest.summary == {"a": 1}
     with store.transaction() as session:
         with pytest.raises(ValueError, match="unknown tick counts"):
-            store.finish_tick(session, second, "ok", {"rows": 1}, {})
+            store.ticks.finish(session, second, "ok", {"rows": 1}, {})
         with pytest.raises(ValueError, match="tick status"):
-            store.finish_tick(session, second, "done", {}, {})
+            store.ticks.finish(session, second, "done", {}, {})
         with pytest.raises(LookupError):
-            store.finish_tick(session, 10_000, "ok", {}, {})
+            store.ticks.finish(session, 10_000, "ok", {}, {})
 
 
 # -- partials ----------------------------------------------------------------------------------
@@ -163,9 +165,9 @@ def test_tick_lifecycle(store: Store) -> None:
 
 def test_upsert_partials_merges_existing_and_inserts_new(store: Store) -> None:
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", [partial(0, {"ok": 2}), partial(5, {"ok": 1})], merge_counts)
+        store.partials.upsert(session, "svc", [partial(0, {"ok": 2}), partial(5, {"ok": 1})], merge_counts)
     with store.transaction() as session:
-        store.upsert_partials(
+        store.partials.upsert(
             session, "svc",
             [
                 partial(0, {"ok": 3, "error": 1}),
@@ -175,9 +177,9 @@ def test_upsert_partials_merges_existing_and_inserts_new(store: Store) -> None:
             ],
             merge_counts,
         )
-        store.upsert_partials(session, "other", [partial(0, {"ok": 100})], merge_counts)
+        store.partials.upsert(session, "other", [partial(0, {"ok": 100})], merge_counts)
     with store.transaction() as session:
-        got = store.load_partials(session, "svc", T0, T0 + timedelta(hours=1))
+        got = store.partials.load(session, "svc", T0, T0 + timedelta(hours=1))
     assert [(p.bucket_start, p.segment, p.rows, json.loads(p.payload)) for p in got] == [
         (T0, "", 7, {"error": 1, "ok": 5, "timeout": 1}),
         (T0, "eu", 7, {"ok": 7}),
@@ -195,12 +197,12 @@ def test_upsert_partials_batch_of_2000(store: Store) -> None:
     assert len(batch) == 2000
     start = time.perf_counter()
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", batch, merge_counts)
+        store.partials.upsert(session, "svc", batch, merge_counts)
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", batch, merge_counts)  # all 2000 are updates now
+        store.partials.upsert(session, "svc", batch, merge_counts)  # all 2000 are updates now
     elapsed = time.perf_counter() - start
     with store.transaction() as session:
-        got = store.load_partials(session, "svc", T0, T0 + timedelta(days=2))
+        got = store.partials.load(session, "svc", T0, T0 + timedelta(days=2))
     assert len(got) == 2000
     assert {(p.rows, p.payload) for p in got} == {(2, b'{"ok": 2}')}
     assert elapsed < 20, f"2 x 2000-row upserts took {elapsed:.1f}s"
@@ -216,11 +218,11 @@ def test_upsert_partials_issues_a_constant_number_of_statements(store: Store) ->
 
     batch = [partial(5 * i, {"ok": 1}) for i in range(500)]
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", batch[:250], merge_counts)
+        store.partials.upsert(session, "svc", batch[:250], merge_counts)
     event.listen(store.engine, "before_cursor_execute", count)
     try:
         with store.transaction() as session:
-            store.upsert_partials(session, "svc", batch, merge_counts)
+            store.partials.upsert(session, "svc", batch, merge_counts)
     finally:
         event.remove(store.engine, "before_cursor_execute", count)
     data_statements = [s for s in statements if s.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT"))]
@@ -239,11 +241,11 @@ def test_transaction_durable_false_skips_the_disk_wait_of_its_own_commit_only(st
     for durable in (False, True, False, True):  # the pooled connection is reused: the level is set each time
         with store.transaction(durable=durable) as session:
             seen.append(level(session))
-            store.upsert_partials(session, "svc", [partial(5 * len(seen), {"ok": 1})], merge_counts)
+            store.partials.upsert(session, "svc", [partial(5 * len(seen), {"ok": 1})], merge_counts)
     fast, full = (1, 2) if sqlite else ("off", "on")  # SQLite: NORMAL, FULL
     assert seen == [fast, full, fast, full]
     with store.transaction() as session:
-        assert len(store.load_partials(session, "svc", T0, T0 + timedelta(hours=1))) == 4
+        assert len(store.partials.load(session, "svc", T0, T0 + timedelta(hours=1))) == 4
 
 
 def test_load_partials_filters(store: Store) -> None:
@@ -256,18 +258,18 @@ def test_load_partials_filters(store: Store) -> None:
         partial(5, {"ok": 1}, segment="eu"),
     ]
     with store.transaction() as session:
-        store.upsert_partials(session, "svc", rows, merge_counts)
+        store.partials.upsert(session, "svc", rows, merge_counts)
         window = (T0, T0 + timedelta(minutes=60))
-        assert len(store.load_partials(session, "svc", *window)) == 5
-        assert len(store.load_partials(session, "svc", T0 + timedelta(minutes=1), window[1])) == 3
-        assert [p.model_version for p in store.load_partials(session, "svc", *window, model_version="v2")] == [
+        assert len(store.partials.load(session, "svc", *window)) == 5
+        assert len(store.partials.load(session, "svc", T0 + timedelta(minutes=1), window[1])) == 3
+        assert [p.model_version for p in store.partials.load(session, "svc", *window, model_version="v2")] == [
             "v2"
         ]
-        assert [p.bucket_seconds for p in store.load_partials(session, "svc", *window, bucket_seconds=3600)] == [
+        assert [p.bucket_seconds for p in store.partials.load(session, "svc", *window, bucket_seconds=3600)] == [
             3600
         ]
-        assert len(store.load_partials(session, "svc", *window, bucket_seconds=300, segment="")) == 3
-        assert store.load_partials(session, "nobody", *window) == []
+        assert len(store.partials.load(session, "svc", *window, bucket_seconds=300, segment="")) == 3
+        assert store.partials.load(session, "nobody", *window) == []
 
 
 # -- quarantine --------------------------------------------------------------------------------
@@ -276,7 +278,7 @@ def test_load_partials_filters(store: Store) -> None:
 def test_quarantine_bulk_insert_and_counts(store: Store) -> None:
     reasons = ("missing_field", "wrong_type", "bad_timestamp", "unknown_status")
     with store.transaction() as session:
-        tick = store.start_tick(session, "svc", T0)
+        tick = store.ticks.start(session, "svc", T0)
     rows = [
         {
             "tick_id": tick if i % 2 == 0 else None, "service": "svc", "kind": "predictions",
@@ -287,14 +289,14 @@ def test_quarantine_bulk_insert_and_counts(store: Store) -> None:
     ]
     start = time.perf_counter()
     with store.transaction() as session:
-        store.add_quarantine(session, rows)
+        store.quarantine.add(session, rows)
     elapsed = time.perf_counter() - start
     with store.transaction() as session:
-        assert store.quarantine_counts(session, "svc") == dict.fromkeys(reasons, 2500)
-        assert store.quarantine_counts(session, "svc", tick_id=tick) == {
+        assert store.quarantine.counts(session, "svc") == dict.fromkeys(reasons, 2500)
+        assert store.quarantine.counts(session, "svc", tick_id=tick) == {
             "missing_field": 2500, "bad_timestamp": 2500,
         }
-        assert store.quarantine_counts(session, "other") == {}
+        assert store.quarantine.counts(session, "other") == {}
         excerpt_len = session.execute(text("SELECT max(length(excerpt)) FROM quarantine")).scalar()
     assert excerpt_len == 512
     assert elapsed < 20, f"10k quarantine rows took {elapsed:.1f}s"
@@ -305,18 +307,18 @@ def test_quarantine_bulk_insert_and_counts(store: Store) -> None:
 
 def test_replace_pending(store: Store) -> None:
     with store.transaction() as session:
-        assert store.load_pending(session, "svc", "timings") == []
-        store.replace_pending(session, "svc", "timings", b"PAR1-first", 3)
-        store.replace_pending(session, "svc", "labels", b"PAR1-labels", 1)
+        assert store.pending.load(session, "svc", "timings") == []
+        store.pending.replace(session, "svc", "timings", b"PAR1-first", 3)
+        store.pending.replace(session, "svc", "labels", b"PAR1-labels", 1)
     with store.transaction() as session:
-        assert store.load_pending(session, "svc", "timings") == [b"PAR1-first"]
-        store.replace_pending(session, "svc", "timings", b"PAR1-second\x00\xff", 2)
+        assert store.pending.load(session, "svc", "timings") == [b"PAR1-first"]
+        store.pending.replace(session, "svc", "timings", b"PAR1-second\x00\xff", 2)
     with store.transaction() as session:
-        assert store.load_pending(session, "svc", "timings") == [b"PAR1-second\x00\xff"]
-        store.replace_pending(session, "svc", "timings", None, 0)
+        assert store.pending.load(session, "svc", "timings") == [b"PAR1-second\x00\xff"]
+        store.pending.replace(session, "svc", "timings", None, 0)
     with store.transaction() as session:
-        assert store.load_pending(session, "svc", "timings") == []
-        assert store.load_pending(session, "svc", "labels") == [b"PAR1-labels"]
+        assert store.pending.load(session, "svc", "timings") == []
+        assert store.pending.load(session, "svc", "labels") == [b"PAR1-labels"]
 
 
 # -- findings ----------------------------------------------------------------------------------
@@ -335,22 +337,22 @@ def finding(**over) -> dict:
 
 def test_findings_upsert_is_idempotent(store: Store) -> None:
     with store.transaction() as session:
-        tick = store.start_tick(session, "svc", T0)
-        store.upsert_findings(session, [finding(tick_id=tick), finding(check="error_rate", value=0.02)])
+        tick = store.ticks.start(session, "svc", T0)
+        store.findings.upsert(session, [finding(tick_id=tick), finding(check="error_rate", value=0.02)])
     with store.transaction() as session:
-        first = store.load_findings(session, "svc")
+        first = store.findings.load(session, "svc")
         # Same identity (labels in another order) rewritten, plus one new window.
-        store.upsert_findings(
+        store.findings.upsert(
             session,
             [
                 finding(labels={"segment": "eu", "stage": "model"}, value=900.0, tick_id=tick),
                 finding(window_start=T0 + timedelta(hours=1), window_end=T0 + timedelta(hours=2)),
             ],
         )
-        store.upsert_findings(session, [finding(labels={"segment": "eu", "stage": "model"}, value=900.0,
+        store.findings.upsert(session, [finding(labels={"segment": "eu", "stage": "model"}, value=900.0,
                                                 tick_id=tick)])
     with store.transaction() as session:
-        got = store.load_findings(session, "svc")
+        got = store.findings.load(session, "svc")
         total = session.scalar(select(FindingRow.id).order_by(FindingRow.id.desc()).limit(1))
     assert len(first) == 2 and len(got) == 3 and total <= 3
     by_check = {(f["check"], f["window_start"]): f for f in got}
@@ -365,7 +367,7 @@ def test_findings_upsert_is_idempotent(store: Store) -> None:
 
 def test_load_findings_filters_and_nan(store: Store) -> None:
     with store.transaction() as session:
-        store.upsert_findings(
+        store.findings.upsert(
             session,
             [
                 finding(),
@@ -373,13 +375,13 @@ def test_load_findings_filters_and_nan(store: Store) -> None:
                 finding(window_start=T0 + timedelta(hours=1), window_end=T0 + timedelta(hours=2)),
             ],
         )
-        assert len(store.load_findings(session, "svc", since=T0 + timedelta(hours=1))) == 1
-        assert len(store.load_findings(session, "svc", until=T0 + timedelta(hours=1))) == 2
-        [drift] = store.load_findings(session, "svc", check="drift_psi")
+        assert len(store.findings.load(session, "svc", since=T0 + timedelta(hours=1))) == 1
+        assert len(store.findings.load(session, "svc", until=T0 + timedelta(hours=1))) == 2
+        [drift] = store.findings.load(session, "svc", check="drift_psi")
         assert drift["value"] is None and drift["labels_key"] == "{}"
-        assert len(store.load_findings(session, "svc", model_version="v1")) == 2
+        assert len(store.findings.load(session, "svc", model_version="v1")) == 2
         with pytest.raises(ValueError, match="unknown fields"):
-            store.upsert_findings(session, [finding(colour="red")])
+            store.findings.upsert(session, [finding(colour="red")])
 
 
 # -- datetimes ---------------------------------------------------------------------------------
@@ -389,7 +391,7 @@ def test_datetimes_round_trip_as_aware_utc(store: Store) -> None:
     ist = timezone(timedelta(hours=5, minutes=30))
     local = datetime(2025, 3, 1, 17, 30, 0, 123456, tzinfo=ist)  # == T0 + 123456 µs
     with store.transaction() as session:
-        tick_id = store.start_tick(session, "svc", local)
+        tick_id = store.ticks.start(session, "svc", local)
     with store.transaction() as session:
         stored = session.get(Tick, tick_id)
         assert stored.now == T0 + timedelta(microseconds=123456)
@@ -403,7 +405,7 @@ def test_datetimes_round_trip_as_aware_utc(store: Store) -> None:
 def test_naive_datetimes_are_refused(store: Store) -> None:
     with pytest.raises(Exception, match="naive datetime"):
         with store.transaction() as session:
-            store.start_tick(session, "svc", datetime(2025, 3, 1, 12, 0))
+            store.ticks.start(session, "svc", datetime(2025, 3, 1, 12, 0))
 
 
 # -- secrets -----------------------------------------------------------------------------------
@@ -469,10 +471,10 @@ def test_sqlite_creates_parent_directory(tmp_path) -> None:
 
 def test_reference_profile_round_trip_and_replace(store):
     with store.transaction() as s:
-        assert store.load_profile(s, "churn") is None
-        store.save_profile(s, "churn", "abc", "ref.parquet", 10, '{"rows": 10}')
+        assert store.profiles.load(s, "churn") is None
+        store.profiles.save(s, "churn", "abc", "ref.parquet", 10, '{"rows": 10}')
     with store.transaction() as s:
-        store.save_profile(s, "churn", "def", "ref2.parquet", 20, '{"rows": 20}')
+        store.profiles.save(s, "churn", "def", "ref2.parquet", 20, '{"rows": 20}')
     with store.transaction() as s:
-        row = store.load_profile(s, "churn")
+        row = store.profiles.load(s, "churn")
         assert (row.fingerprint, row.source, row.rows, row.profile) == ("def", "ref2.parquet", 20, '{"rows": 20}')

@@ -5,7 +5,7 @@ most `partition_rows` rows each) and builds a `dask.dataframe` with `from_map`: 
 files on the worker (local path or fsspec URL), reads only its row groups and the columns a chunk uses,
 validates, joins and folds them, and returns only its serialized partials (kilobytes per piece, never
 rows); the client gathers them, merges them by key with `monitor.aggregate.partial.merge_all` and stores them
-through `Store.upsert_partials` like the runner does.
+through `Store.partials.upsert` like the runner does.
 """
 
 from __future__ import annotations

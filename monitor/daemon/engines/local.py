@@ -176,7 +176,7 @@ def store_partials(store: Store, service: str, rows: list[PartialRow]) -> None:
     """Add the partials to the store with the runner's merge (a stored key is merged, not replaced)."""
     if rows:
         with store.transaction() as session:
-            store.upsert_partials(session, service, rows, merge_bytes)
+            store.partials.upsert(session, service, rows, merge_bytes)
 
 
 def open_dataset(dataset: str, storage_options: dict | None = None) -> ds.Dataset:

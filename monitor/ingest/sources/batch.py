@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 
 from monitor.contract import Reject
-from storage.store import OffsetState
+from storage.offsets import OffsetState
 
 LINE = "_line"  # column carrying each row's 1-based line (or row) number within its file
 OVERSIZE = "_oversize"  # present, and true on a row, when one of its text fields passes limits.max_field_chars

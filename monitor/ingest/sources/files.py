@@ -36,7 +36,7 @@ from monitor.ingest.sources.identity import (
 )
 from monitor.ingest.sources.jsonl import WORKERS, Parsed, start_jsonl
 from monitor.ingest.sources.tables import flag_oversize, open_parquet
-from storage.store import OffsetState
+from storage.offsets import OffsetState
 
 _SMALL_FILES = 4096  # small files parsed (and their offsets committed) together, at most
 # JSON Lines chunks a read holds at once: the next batch's, and the one read and queued while it parses.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.store import OffsetState
+from storage.offsets import OffsetState
 
 FINGERPRINT_BYTES = 256  # a fingerprint covers at least this many first bytes (see fingerprint_of)
 MAX_FP = 64 << 10  # ...and at most this many; a file no longer than this is read whole in one call

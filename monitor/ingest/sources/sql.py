@@ -11,7 +11,7 @@ import pandas as pd
 
 from monitor.config import Limits, SqlSource
 from monitor.ingest.sources.batch import LINE, Batch
-from storage.store import OffsetState
+from storage.offsets import OffsetState
 
 
 class SqlTableSource:
