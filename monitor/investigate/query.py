@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import func, select
 
+from monitor.ingest.quarantine import printable
 from storage import models
 from storage.models import FindingRow, Incident, QuarantineRow, Tick, VerdictRow, dumps
 from storage.store import Store, utc
@@ -122,7 +123,7 @@ def group_findings(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 # -- ticks and quarantine -------------------------------------------------------------------------
 
 TICK_COLUMNS = ("id", "now", "started_at", "finished_at", "status", "rows_read", "accepted", "quarantined",
-                "joined", "unmatched", "duplicates", "findings", "seconds", "error")
+                "joined", "unmatched", "duplicates", "findings", "seconds", "error", "warnings")
 
 
 def ticks(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
@@ -142,18 +143,20 @@ def ticks(store: Store, service: str, *, since: datetime | None = None, until: d
                          "status": t.status, "rows_read": t.rows_read, "accepted": t.accepted,
                          "quarantined": t.quarantined, "joined": t.joined, "unmatched": t.unmatched,
                          "duplicates": t.duplicates, "findings": summary.get("findings"),
-                         "seconds": summary.get("seconds"), "error": summary.get("error")})
+                         "seconds": summary.get("seconds"), "error": summary.get("error"),
+                         "warnings": summary.get("warnings") or []})
     frame = pd.DataFrame(rows[::-1], columns=list(TICK_COLUMNS))
     return _utc_columns(frame, ("now", "started_at", "finished_at"))
 
 
-QUARANTINE_COLUMNS = ("id", "tick_id", "created_at", "kind", "source", "position", "reason", "excerpt")
+QUARANTINE_COLUMNS = ("id", "tick_id", "created_at", "kind", "source", "position", "reason", "field", "excerpt",
+                      "line")
 
 
 def quarantine(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
                reason: str | None = None, kind: str | None = None, group_by: Sequence[str] = (),
                limit: int | None = None) -> pd.DataFrame:
-    """Quarantined rows quarantined in [since, until), oldest first; with `group_by` (reason, kind,
+    """Quarantined rows quarantined in [since, until), oldest first; with `group_by` (reason, field, kind,
     source, tick_id) the row count per group instead, largest first."""
     filters = [QuarantineRow.service == service, *_range(QuarantineRow.created_at, since, until)]
     if reason is not None:
@@ -161,7 +164,7 @@ def quarantine(store: Store, service: str, *, since: datetime | None = None, unt
     if kind is not None:
         filters.append(QuarantineRow.kind == kind)
     if group_by:
-        allowed = {"reason", "kind", "source", "tick_id"}
+        allowed = {"reason", "field", "kind", "source", "tick_id"}
         if set(group_by) - allowed:
             raise QueryError(f"quarantine group by: unknown {sorted(set(group_by) - allowed)}; "
                              f"use {sorted(allowed)}")
@@ -179,7 +182,10 @@ def quarantine(store: Store, service: str, *, since: datetime | None = None, unt
     if limit is not None:
         query = query.limit(limit)
     with store.transaction() as session:
-        rows = [{c: getattr(q, c) for c in QUARANTINE_COLUMNS} for q in session.scalars(query)]
+        # `line`: the line as written; both it and `excerpt` safe for a terminal (control bytes as escapes)
+        rows = [{c: getattr(q, c) for c in QUARANTINE_COLUMNS[:-2]}
+                | {"excerpt": printable(q.excerpt), "line": None if q.raw is None else printable(q.raw)}
+                for q in session.scalars(query)]
     return _utc_columns(pd.DataFrame(rows, columns=list(QUARANTINE_COLUMNS)), ("created_at",))
 
 

@@ -5,6 +5,7 @@ the field and keep the line as written, shown escaped."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 from monitor import config as config_mod
@@ -21,7 +23,10 @@ from monitor.daemon.runner import tick
 from monitor.ingest.accept import check_batch
 from monitor.ingest.quarantine import printable
 from monitor.ingest.sources import open_source
+from monitor.investigate import query
+from monitor.investigate.output import table
 from storage.models import QuarantineRow
+from storage.store import Store
 
 NOW = datetime(2026, 12, 4, 13, 0, tzinfo=UTC)
 GOOD = 40
@@ -34,7 +39,7 @@ BAD = [
      "missing_field", "model_version"),
     (b'{"id": "tx-b3", "timestamp": "yesterday", "model": "fraud-v7", "status": "ok", "amount": 1, "latency": 0.02}',
      "wrong_type", "ts"),
-    (b'{"id": "tx-b4", "timestamp": "2026-12-04T12:00:00Z", "model": "fraud-v7", "status": "[bold red]boom[/]",'
+    (b'{"id": "tx-b4", "status": "[bold red]boom[/]", "timestamp": "2026-12-04T12:00:00Z", "model": "fraud-v7",'
      b' "amount": 2, "latency": 0.02}', "unknown_status", "status"),
 ]
 MAPPING = {
@@ -171,6 +176,30 @@ def test_check_logs_with_the_mapping(cli, tmp_path):
     assert "timestamp" in table.output and "unknown_status" in table.output
     # Markup in a log line is printed as written, never interpreted.
     assert '"status": "[bold red]boom[/]"' in table.output
+
+
+def test_quarantine_shows_the_field_and_the_line_as_written(cli, tmp_path):
+    write_logs(tmp_path)
+    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw_config(tmp_path, mapped=True)))
+    assert cli("db", "upgrade").exit_code == 0
+    ticked = cli("tick", "--now", NOW.isoformat())
+    assert ticked.exit_code == 0, ticked.output
+    listed = cli("query", "quarantine", "--since", "2026-12-01T00:00:00Z", "--format", "json")
+    rows = json.loads(listed.output)
+    assert [(r["reason"], r["field"]) for r in rows] == [(reason, field) for _, reason, field in BAD]
+    assert [r["line"] for r in rows] == [line.decode() for line, _, _ in BAD]
+    shown = cli("query", "quarantine", "--since", "2026-12-01T00:00:00Z", "--reason", "unknown_status")
+    assert shown.exit_code == 0 and "unknown_status" in shown.output
+    # The rich markup inside the logged status is printed as written, not rendered (a wide terminal: no fold;
+    # a table cell shows the line's first 60 characters).
+    frame = query.quarantine(Store(f"sqlite:///{tmp_path / 'tw.db'}"), "fraud", reason="unknown_status")
+    console = Console(width=2000, record=True, file=io.StringIO())
+    console.print(table(frame))
+    assert '"status": "[bold red]boom[/]"' in console.export_text()
+    assert "boom[/]" in shown.output
+    grouped = cli("query", "quarantine", "--since", "2026-12-01T00:00:00Z", "--group-by", "reason,field",
+                  "--format", "json")
+    assert {(g["reason"], g["field"]) for g in json.loads(grouped.output)} == {(r, f) for _, r, f in BAD}
 
 
 def test_printable_escapes_control_bytes_and_keeps_text():
