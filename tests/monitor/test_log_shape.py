@@ -217,3 +217,59 @@ def test_an_unknown_contract_field_in_columns_is_an_error_listing_the_valid_ones
     message = str(exc.value)
     assert "services[0].sources: predictions.columns: 'timestamp' is not a contract field of predictions" in message
     assert "(valid: request_id, ts, model_version, status, latency_ms" in message
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+@pytest.mark.parametrize("size", ["small", "large"])  # small files are read together; a large one by chunks
+def test_the_line_kept_is_the_line_written_in_every_reader(store, tmp_path, fmt, size):
+    (tmp_path / "preds").mkdir()
+    pad = "p" * (3000 if size == "large" else 1)  # 40 x 3 KB lines: past the 64 KiB read whole
+    lines = [b"id,timestamp,model,status,pad"] if fmt == "csv" else []
+    for i in range(GOOD):
+        stamp = f"{(START + timedelta(seconds=i)).strftime('%d/%m/%Y %H:%M:%S')}"
+        if fmt == "csv":
+            lines.append(f"tx-{i},{stamp},fraud-v7,{'ok' if i != 7 else 'fine'},{pad}".encode())
+        else:
+            lines.append(json.dumps({"id": f"tx-{i}", "timestamp": stamp, "model": "fraud-v7",
+                                     "status": "ok" if i != 7 else "fine", "pad": pad}).encode())
+    (tmp_path / "preds" / f"app.{fmt}").write_bytes(b"\r\n".join(lines) + b"\r\n")
+    raw = {"services": [{"name": "fraud", "sources": {"predictions": {
+        "kind": "files", "path": str(tmp_path / "preds"),
+        "columns": {"request_id": "id", "ts": "timestamp", "model_version": "model"},
+        "timestamps": {"format": "%d/%m/%Y %H:%M:%S"}}}}]}
+    [report] = tick(config_mod.parse(raw), store, NOW)
+    assert report.status == "ok", report.error
+    assert report.accepted["predictions"] == GOOD - 1
+    assert report.first_ts == START.isoformat()
+    with store.transaction() as s:
+        [row] = s.query(QuarantineRow).all()
+    bad = lines[8 if fmt == "csv" else 7]
+    assert (row.reason, row.field, row.position) == ("unknown_status", "status", f"app.{fmt}:{8 if fmt == 'jsonl' else 9}")
+    assert row.raw == bad[:2048]  # without its CRLF, cut at 2 KiB
+
+
+def test_tick_prints_and_records_the_quarantine_warning(cli, tmp_path):
+    write_logs(tmp_path)
+    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw_config(tmp_path, mapped=False)))
+    assert cli("db", "upgrade").exit_code == 0
+    shown = cli("tick", "--now", NOW.isoformat())
+    assert shown.exit_code == 0, shown.output
+    assert "warning: quarantined 124 of 124 rows (100%" in shown.output
+    assert "predictions: request_id, ts, model_version" in shown.output.replace("\n", " ")
+    ticks = json.loads(cli("query", "ticks", "--since", "2026-12-01T00:00:00Z", "--format", "json").output)
+    [warning] = ticks[-1]["warnings"]
+    assert warning.startswith("quarantined 124 of 124 rows")
+
+
+def test_the_daemon_logs_the_warning_with_the_tick(store, tmp_path, caplog):
+    from monitor.daemon import jobs
+
+    write_logs(tmp_path)
+    cfg = config_mod.parse(raw_config(tmp_path, mapped=False))
+    with caplog.at_level("INFO", logger="monitor.daemon.jobs"):
+        jobs.tick_job(cfg, store, NOW)
+    said = [r for r in caplog.records if r.levelname == "WARNING" and r.getMessage().startswith("quarantined")]
+    assert len(said) == 1 and "model_version" in said[0].getMessage()
+    assert said[0].quarantined_by_field["missing_field:predictions:request_id"] == GOOD + 3
+    done = next(r for r in caplog.records if r.getMessage() == "tick done")
+    assert done.warnings == [said[0].getMessage()]
