@@ -21,11 +21,11 @@ def check_batch(batch: Batch, kind: RecordKind, schema: Schema, limits: Limits, 
     """The accepted rows of `batch` (typed, with LINE and, for small files read together, FILE) and every
     reject it holds (the reader's and the contract's, in line order). The batch's text is let go after."""
     frame = to_contract(batch.frame, source)
-    accepted, bad = validate(kind, frame, batch.file, schema, limits, now, source.timezone)
+    accepted, bad = validate(kind, frame, batch.file, schema, limits, now, source.timezone, batch.lines)
     if batch.table is not None:
         # Rows parsed into Arrow are checked there; `frame` then holds the few rows whose types differ.
         table = to_contract(batch.table, source)
-        main, main_bad = validate(kind, table, batch.file, schema, limits, now, source.timezone)
+        main, main_bad = validate(kind, table, batch.file, schema, limits, now, source.timezone, batch.lines)
         if len(main) and len(accepted):
             # The few odd rows take the main rows' Arrow text dtype: an object column would make every row one.
             arrow = {c: main[c].dtype for c in accepted.columns
@@ -35,7 +35,8 @@ def check_batch(batch: Batch, kind: RecordKind, schema: Schema, limits: Limits, 
         elif not len(accepted):
             accepted = main
         bad = sorted(main_bad + bad, key=_line_of) if bad else main_bad
-    rejects = quote(batch.rejects + bad, batch.lines)
+    # The reader's rejects quote their lines too (an excerpt they have; the bytes they get here).
+    rejects = quote(batch.rejects, batch.lines) + bad
     batch.lines = None
     return accepted, rejects
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
@@ -18,14 +19,17 @@ from monitor.ingest.sources.batch import LINE, OVERSIZE, RawLines
 def quote(rejects: list[Reject], lines: RawLines | None) -> list[Reject]:
     """`rejects` with the bytes of their lines (when `lines` holds them) as `raw`, and their excerpts cut
     from those bytes rather than from the parsed values."""
-    if lines is None:
-        return rejects
-    out = []
-    for r in rejects:
-        file, _, number = r.position.rpartition(":")
-        raw = lines.line(file, int(number)) if r.raw is None and number.isdigit() else None
-        out.append(r if raw is None else replace(r, raw=raw, excerpt=excerpt(raw)))
-    return out
+    return rejects if lines is None else [quoted(r, lines) for r in rejects]
+
+
+def quoted(reject: Reject, lines: RawLines | None, parsed: Callable[[], str] | None = None) -> Reject:
+    """`reject` quoting its line from `lines` (`raw`, and the excerpt cut from it); else, when it has no
+    excerpt yet, with `parsed()` (the parsed row) as its excerpt."""
+    file, _, number = reject.position.rpartition(":")
+    raw = lines.line(file, int(number)) if lines is not None and reject.raw is None and number.isdigit() else None
+    if raw is not None:
+        return replace(reject, raw=raw, excerpt=excerpt(raw))
+    return replace(reject, excerpt=parsed()) if parsed is not None and not reject.excerpt else reject
 
 
 def printable(raw: bytes | str) -> str:

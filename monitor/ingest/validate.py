@@ -27,8 +27,8 @@ from monitor.contract import (
     Reject,
 )
 from monitor.ingest.frame import is_text
-from monitor.ingest.quarantine import row_excerpt, table_excerpt
-from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE
+from monitor.ingest.quarantine import quoted, row_excerpt, table_excerpt
+from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE, RawLines
 from monitor.schema import Schema
 
 _TRUE = {"true", "1", "yes", "t", "y"}
@@ -61,16 +61,18 @@ def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
 
 
 def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema: Schema, limits: Limits,
-             now: datetime, timezone: str | None = None) -> tuple[pd.DataFrame, list[Reject]]:
+             now: datetime, timezone: str | None = None,
+             lines: RawLines | None = None) -> tuple[pd.DataFrame, list[Reject]]:
     """Split parsed rows into accepted (typed, contract columns only, plus LINE and FILE) and rejected rows.
 
     `frame` may be an Arrow table: its columns are then checked in Arrow and only accepted contract
     columns become pandas (same result as for the DataFrame, without a Python object per cell).
     `timezone`: the zone of timestamps written without an offset (None: they are `wrong_type`).
-    Positions name `file`, or each row's FILE when the rows come from several files.
+    Positions name `file`, or each row's FILE when the rows come from several files. A reject quotes its
+    line from `lines` when they hold it, else the parsed row.
     """
     if isinstance(frame, pa.Table):
-        return _validate_table(kind, frame, file, schema, limits, now, timezone)
+        return _validate_table(kind, frame, file, schema, limits, now, timezone, lines)
     n = len(frame)
     marks = _Marks(n)
     mark, reason, flagged = marks.mark, marks.reason, marks.flagged
@@ -94,8 +96,8 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
 
     rejected = np.flatnonzero(flagged)
     files = frame[FILE].to_numpy(dtype=object) if FILE in frame else None
-    rejects = [Reject(f"{file if files is None else files[i]}:{frame[LINE].iat[i]}", reason(i), row_excerpt(frame, i),
-                      marks.field(i)) for i in rejected]
+    rejects = [quoted(Reject(f"{file if files is None else files[i]}:{frame[LINE].iat[i]}", reason(i), "",
+                             marks.field(i)), lines, lambda i=i: row_excerpt(frame, i)) for i in rejected]
     keep = ~flagged
     accepted = pd.DataFrame({name: s[keep] for name, s in out.items()}, copy=False)
     accepted[LINE] = frame[LINE].to_numpy()[keep]
@@ -105,7 +107,7 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
 
 
 def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema, limits: Limits,
-                    now: datetime, timezone: str | None) -> tuple[pd.DataFrame, list[Reject]]:
+                    now: datetime, timezone: str | None, lines: RawLines | None) -> tuple[pd.DataFrame, list[Reject]]:
     """`validate` for an Arrow table: the same checks in the same order, strings left in Arrow."""
     n = table.num_rows
     names = set(table.column_names)
@@ -128,11 +130,11 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
 
     _check_values(out, kind, limits, now, mark)
 
-    lines = table[LINE].to_numpy()
+    numbers = table[LINE].to_numpy()
     rejected = np.flatnonzero(flagged)
     files = table[FILE].to_numpy() if FILE in names else None
-    rejects = [Reject(f"{file if files is None else files[i]}:{lines[i]}", reason(i), table_excerpt(table, int(i)),
-                      marks.field(i)) for i in rejected]
+    rejects = [quoted(Reject(f"{file if files is None else files[i]}:{numbers[i]}", reason(i), "", marks.field(i)),
+                      lines, lambda i=i: table_excerpt(table, int(i))) for i in rejected]
     keep = ~flagged
     some = len(rejected) > 0
     mask = pa.array(keep) if some else None
@@ -152,7 +154,7 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     # nothing downstream needs; pipeline frames are never written in place).
     accepted = (pd.DataFrame(columns, copy=False) if columns
                 else pd.DataFrame(index=pd.RangeIndex(int(keep.sum()))))
-    accepted[LINE] = lines[keep] if some else lines
+    accepted[LINE] = numbers[keep] if some else numbers
     if files is not None:
         accepted[FILE] = files[keep] if some else files
     return accepted, rejects
