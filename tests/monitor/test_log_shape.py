@@ -5,6 +5,7 @@ the field and keep the line as written, shown escaped."""
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 from datetime import UTC, datetime, timedelta
@@ -74,7 +75,7 @@ def raw_config(root: Path, mapped: bool) -> dict:
     sources = {"predictions": {"kind": "files", "path": str(root / "preds")},
                "timings": {"kind": "files", "path": str(root / "stages")}}
     if mapped:
-        for name, shape in MAPPING.items():
+        for name, shape in copy.deepcopy(MAPPING).items():
             sources[name] |= shape
     return {"storage": {"url": f"sqlite:///{root / 'tw.db'}"},
             "services": [{"name": "fraud", "sources": sources,
@@ -273,3 +274,17 @@ def test_the_daemon_logs_the_warning_with_the_tick(store, tmp_path, caplog):
     assert said[0].quarantined_by_field["missing_field:predictions:request_id"] == GOOD + 3
     done = next(r for r in caplog.records if r.getMessage() == "tick done")
     assert done.warnings == [said[0].getMessage()]
+
+
+def test_backfill_replays_mapped_logs_by_their_own_times(store, tmp_path):
+    from tests_support import stored_rows
+
+    from monitor.daemon import backfill
+
+    write_logs(tmp_path)
+    cfg = config_mod.parse(raw_config(tmp_path, mapped=True))
+    # Lines appear at their event times (epoch ms and RFC 3339 alike, read from `timestamp`): a replay up to
+    # 12:10 sees the 21 written from 12:00 to 12:10, not all 40.
+    backfill.run(cfg, store, START, START + timedelta(minutes=10), step=timedelta(minutes=5),
+                 staging=tmp_path / "staging")
+    assert stored_rows(store, "fraud") == 21
