@@ -34,10 +34,12 @@ from monitor.config.service import (
     QualityRule,
     Reference,
     Service,
+    Shape,
     SloRule,
     Source,
     Sources,
     SqlSource,
+    Timestamps,
 )
 from monitor.durations import parse_duration
 
@@ -45,6 +47,6 @@ __all__ = [
     "DEFAULT_PATH", "ENV_CONFIG", "Alerts", "BurnRate", "Buckets", "Compare", "Config", "ConfigError",
     "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join", "Limits",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
-    "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "VerdictAlerts",
+    "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "VerdictAlerts",
     "check_cron", "example", "expression_columns", "load", "parse", "parse_duration",
 ]

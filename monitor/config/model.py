@@ -58,6 +58,8 @@ class Limits(StrictModel):
     # Parsed and validated, a stretch of text takes ~8-10x its size in memory; 32 MiB parses as fast as
     # 128 MiB and keeps a tick's peak flat and well under 1 GiB whatever the backlog.
     chunk_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    # A tick that quarantines more than this share of the rows it read says so (tick record, log, `tick`).
+    max_quarantine_share: float = Field(0.5, ge=0, le=1)
 
 
 # --- daemon ---
