@@ -17,7 +17,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-
 from prometheus_client.registry import Collector
 
 from storage.store import Store, StoreError
