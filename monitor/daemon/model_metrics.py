@@ -41,6 +41,9 @@ SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tailwatch_quality_samples": ("Labelled predictions the quality score rests on (its n).",
                                   ("metric", "class", "group")),
 }
+CHECKS = {"latency": ("latency",), "failures": ("latency",), "throughput": ("latency",), "cache": ("cache_hit_rate",),
+          "completeness": ("missing_rate",), "ranges": ("out_of_range", "unseen_categories"), "drift": ("drift",),
+          "prediction_drift": ("prediction_drift",), "quality": ("quality",)}
 PER_FIELD = {"missing_rate": "tailwatch_field_missing_ratio", "out_of_range": "tailwatch_field_out_of_range_ratio",
              "unseen_categories": "tailwatch_field_unseen_ratio", "drift": "tailwatch_field_drift_psi"}
 FIELD_FAMILY = {"missing_rate": "completeness", "out_of_range": "ranges", "unseen_categories": "ranges",
@@ -100,13 +103,16 @@ class ModelMetrics(Collector):
         windows = [w for w in service.buckets.windows if chosen is None or w in chosen]
         quality = service.quality
         q_windows = [w for w in (quality.windows if quality else []) if chosen is None or w in chosen]
+        checks = sorted({c for f in spec.families for c in CHECKS.get(f, ())} - {"quality"})
         with self.store.transaction() as session:
             verdicts = self.store.load_verdicts(session, service.name, since=now - spec.lookback, until=now)
-            rows = {w: self.store.load_findings(session, service.name, since=now - spec.lookback - w,
-                                                until=now - w + timedelta(microseconds=1)) for w in windows}
+            # One query per check: each reads its own rows only (a window holds many more of other checks).
+            rows = {w: [r for c in checks for r in self.store.load_findings(
+                session, service.name, since=now - spec.lookback - w, until=now - w + timedelta(microseconds=1),
+                check=c)] for w in windows}
             q_rows = {w: self.store.load_findings(
                 session, service.name, check="quality", since=now - spec.lookback - quality.maturity_horizon - w,
-                until=now - w + timedelta(microseconds=1)) for w in q_windows} if quality else {}
+                until=now - w + timedelta(microseconds=1)) for w in q_windows} if quality and "quality" in spec.families else {}
         fields = spec.fields or list(service.schema_.features)[:spec.top_k]
         per_window: dict[tuple[str, timedelta], dict[str, list[dict]]] = {}
         for length, found in [*rows.items(), *q_rows.items()]:
