@@ -47,10 +47,12 @@ def run(*cmd: str) -> subprocess.CompletedProcess:
 
 
 def test_promtool_and_amtool_accept_the_shipped_files():
+    # check config / check rules / the rules' unit tests (deploy/prometheus/tests) / check-config
     promtool = binary("promtool", "prometheus")
     amtool = binary("amtool", "prometheus-alertmanager")
     for done in (run(promtool, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")),
                  run(promtool, "check", "rules", *map(str, sorted((DEPLOY / "prometheus" / "rules").glob("*.yml")))),
+                 run(promtool, "test", "rules", str(DEPLOY / "prometheus" / "tests" / "tailwatch_test.yml")),
                  run(amtool, "check-config", str(DEPLOY / "alertmanager" / "alertmanager.yml"))):
         assert done.returncode == 0, done.stdout + done.stderr
         assert "SUCCESS" in done.stdout
