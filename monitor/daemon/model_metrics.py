@@ -104,15 +104,18 @@ class ModelMetrics(Collector):
         quality = service.quality
         q_windows = [w for w in (quality.windows if quality else []) if chosen is None or w in chosen]
         checks = sorted({c for f in spec.families for c in CHECKS.get(f, ())} - {"quality"})
+        scored = quality is not None and "quality" in spec.families
+        step = timedelta(microseconds=1)  # load_findings' `until` is exclusive: include windows ending at `now`
         with self.store.transaction() as session:
             verdicts = self.store.load_verdicts(session, service.name, since=now - spec.lookback, until=now)
-            # One query per check: each reads its own rows only (a window holds many more of other checks).
+            # One query per check and length: each reads the windows that may be its last closed one, and
+            # only its own rows (a window holds many more findings of other checks and of segments).
             rows = {w: [r for c in checks for r in self.store.load_findings(
-                session, service.name, since=now - spec.lookback - w, until=now - w + timedelta(microseconds=1),
-                check=c)] for w in windows}
+                session, service.name, since=now - spec.lookback - w, until=now - w + step, check=c)]
+                for w in windows}
             q_rows = {w: self.store.load_findings(
-                session, service.name, check="quality", since=now - spec.lookback - quality.maturity_horizon - w,
-                until=now - w + timedelta(microseconds=1)) for w in q_windows} if quality and "quality" in spec.families else {}
+                session, service.name, since=now - spec.lookback - quality.maturity_horizon - w,
+                until=now - w + step, check="quality") for w in q_windows} if scored else {}
         fields = spec.fields or list(service.schema_.features)[:spec.top_k]
         per_window: dict[tuple[str, timedelta], dict[str, list[dict]]] = {}
         for length, found in [*rows.items(), *q_rows.items()]:
