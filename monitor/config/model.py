@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url
+from monitor.config.metrics import MetricsExport
 from monitor.config.service import Service, SqlSource
 from monitor.schema import StrictModel
 from storage.url import parse_url
@@ -265,6 +266,7 @@ class Config(StrictModel):
     alerts: Alerts = Field(default_factory=Alerts)
     daemon: Daemon = Field(default_factory=Daemon)
     engine: Engine = Field(default_factory=Engine)
+    metrics: MetricsExport = Field(default_factory=MetricsExport)
 
     @model_validator(mode="before")
     @classmethod
@@ -280,6 +282,14 @@ class Config(StrictModel):
         if dupes:
             raise ValueError(f"service names must be unique, repeated: {dupes}")
         return value
+
+    @model_validator(mode="after")
+    def _metrics_names_declared(self) -> Config:
+        fields = {f for s in self.services for f in s.schema_.features} if self.metrics.fields else set()
+        unknown = sorted(set(self.metrics.fields) - fields)
+        if unknown:
+            raise ValueError(f"metrics.fields: {unknown} are not features of any service")
+        return self
 
     def warnings(self) -> list[str]:
         secrets = [self.storage.password, self.storage.query_sql.password] + [
