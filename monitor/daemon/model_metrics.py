@@ -107,13 +107,13 @@ class ModelMetrics(Collector):
         scored = quality is not None and "quality" in spec.families
         step = timedelta(microseconds=1)  # load_findings' `until` is exclusive: include windows ending at `now`
         with self.store.transaction() as session:
-            verdicts = self.store.load_verdicts(session, service.name, since=now - spec.lookback, until=now)
+            verdicts = self.store.verdicts.load(session, service.name, since=now - spec.lookback, until=now)
             # One query per check and length: each reads the windows that may be its last closed one, and
             # only its own rows (a window holds many more findings of other checks and of segments).
-            rows = {w: [r for c in checks for r in self.store.load_findings(
+            rows = {w: [r for c in checks for r in self.store.findings.load(
                 session, service.name, since=now - spec.lookback - w, until=now - w + step, check=c)]
                 for w in windows}
-            q_rows = {w: self.store.load_findings(
+            q_rows = {w: self.store.findings.load(
                 session, service.name, since=now - spec.lookback - quality.maturity_horizon - w,
                 until=now - w + step, check="quality") for w in q_windows} if scored else {}
         fields = spec.fields or list(service.schema_.features)[:spec.top_k]

@@ -60,7 +60,7 @@ def stored(cfg: config_mod.Config) -> dict[tuple[str, tuple], float]:
     store = Store(cfg.storage.url)
     try:
         with store.transaction() as session:
-            rows = store.load_findings(session, cfg.services[0].name)
+            rows = store.findings.load(session, cfg.services[0].name)
     finally:
         store.dispose()
     newest: dict[tuple, datetime] = {}

@@ -44,8 +44,8 @@ def test_values_are_the_stored_last_closed_window(filled_run):
     try:
         got = samples(render(cfg, store, now))
         with store.transaction() as session:
-            findings = store.load_findings(session, "churn")
-            verdicts = store.load_verdicts(session, "churn")
+            findings = store.findings.load(session, "churn")
+            verdicts = store.verdicts.load(session, "churn")
     finally:
         store.dispose()
     findings = [r | {"window_start": _utc(r["window_start"]), "window_end": _utc(r["window_end"])} for r in findings]
@@ -181,8 +181,8 @@ def test_wide_service_stays_under_the_cap_and_the_rest_is_counted(tmp_path):
         with store.transaction() as session:
             for version in ("v1", "v2"):
                 findings, verdicts = _wide_rows(version, now)
-                store.upsert_findings(session, findings)
-                store.upsert_verdicts(session, verdicts)
+                store.findings.upsert(session, findings)
+                store.verdicts.upsert(session, verdicts)
         got = samples(render(cfg, store, now))
         # The formula of docs/prometheus.md, per version: per window W: 9 + S*Q + 5 + 3*top_k + (1 + C);
         # per quality window: top_k groups * (C + 2) * M * 2.
