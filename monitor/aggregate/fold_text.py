@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from monitor.aggregate import keys
-from monitor.aggregate.profile import FieldProfile, tokens
+from monitor.aggregate.profile import FieldProfile
 from monitor.aggregate.sketch import Values
+from monitor.aggregate.tokens import steps
 from monitor.aggregate.totals import Totals, add_up, sketch
 
 LENGTH_SPLITS = (0.5, 0.8, 0.9)  # reference length quantiles splitting latency by input length
@@ -97,13 +98,17 @@ def fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], a
     chosen = texts[text_hash(distinct[texts]) % OOV_SAMPLE == 0] if len(texts) else texts
     if not len(chosen):
         return
-    flat, parent = tokens(distinct[chosen])
-    known = pc.is_in(flat, value_set=pa.array(list(ref.vocabulary), type=flat.type)).to_numpy(zero_copy_only=False)
+    vocabulary = pa.array(list(ref.vocabulary), type=pa.large_string())
     per_tokens = np.zeros(len(distinct) + 1)
     per_oov = np.zeros(len(distinct) + 1)
     per_text = np.zeros(len(distinct) + 1)
-    per_tokens[chosen] = np.bincount(parent, minlength=len(chosen))
-    per_oov[chosen] = np.bincount(parent, weights=~known, minlength=len(chosen))
+    for first, w in steps(distinct[chosen]):
+        # Each distinct word of the step is looked up once.
+        known = pc.is_in(w.words, value_set=vocabulary).to_numpy(zero_copy_only=False)[w.code[w.valid]]
+        parent = w.parent[w.valid]
+        rows = chosen[first:first + w.texts]
+        per_tokens[rows] = np.bincount(parent, minlength=len(rows))
+        per_oov[rows] = np.bincount(parent, weights=~known, minlength=len(rows))
     per_text[chosen] = 1
     add_up(accs, keys.tokens(name), per_tokens[codes])  # code -1 (missing) reads the last slot: 0
     add_up(accs, keys.oov(name), per_oov[codes])

@@ -144,7 +144,7 @@ def test_oov_empty_single_nan_and_cut_words(make, window, text_profile):
     [f] = oov_rate(few, profile, None, OovThreshold())
     assert f.status == "insufficient" and f.n <= 1
     # A long text's cut last word is dropped, not counted as new
-    from monitor.aggregate.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate.tokens import TOKEN_CHARS, tokens
     flat, parent = tokens(np.array(["word1 " * 100, "short words"], dtype=object))
     assert set(flat.to_pylist()) == {"word1", "short", "words"} and len(flat) == TOKEN_CHARS // 6 + 2
     assert list(parent[-2:]) == [1, 1]

@@ -430,8 +430,8 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
     """Arrow's utf8_split_whitespace reads the byte after a text that ends in whitespace; after the last
     text that is uninitialized memory. Regression: a cut text ending in a word then a space (the last of
     its fold) lost that word, or kept it, run by run (`tokens:<field>` one off between engines)."""
-    from monitor.aggregate import profile as profile_mod
-    from monitor.aggregate.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate import tokens as tokens_mod
+    from monitor.aggregate.tokens import TOKEN_CHARS, tokens
 
     cut_after_space = "a" * (TOKEN_CHARS - 6) + " Word tail"  # the first TOKEN_CHARS characters end in "word "
     texts = np.array(["keep it", "no cut, ends in a space! ", cut_after_space, "the end "], dtype=object)
@@ -446,7 +446,7 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
 
     assert as_lists(*tokens(texts)) == want
     split = pc.utf8_split_whitespace
-    monkeypatch.setattr(profile_mod.pc, "utf8_split_whitespace", lambda strings: split(_garbage_after_end(strings)))
+    monkeypatch.setattr(tokens_mod.pc, "utf8_split_whitespace", lambda strings: split(_garbage_after_end(strings)))
     for order in ([0, 1, 2, 3], [0, 3, 2, 1], [0, 3, 1, 2], [3, 2, 1, 0]):  # each text last once
         assert as_lists(*tokens(texts[order])) == [want[i] for i in order]
 
@@ -454,8 +454,8 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
 def test_tokens_in_steps_are_the_tokens_of_the_whole_column(monkeypatch):
     """Tokenizing a column a few texts at a time gives the tokens and parents of one pass over it, on
     random texts: Unicode, every ASCII whitespace and separator, punctuation, texts cut mid-word."""
-    from monitor.aggregate import profile as profile_mod
-    from monitor.aggregate.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate import tokens as tokens_mod
+    from monitor.aggregate.tokens import TOKEN_CHARS, tokens
 
     rng = np.random.default_rng(7)
     alphabet = list("abcXYZ09 .,!?'\"-") + [chr(c) for c in range(0x09, 0x0E)] + [chr(c) for c in range(0x1C, 0x21)]
@@ -469,5 +469,5 @@ def test_tokens_in_steps_are_the_tokens_of_the_whole_column(monkeypatch):
     whole = pairs(*tokens(texts))
     assert len(whole) > 1000
     for step in (1, 7, 64):
-        monkeypatch.setattr(profile_mod, "TOKEN_STEP", step)
+        monkeypatch.setattr(tokens_mod, "TOKEN_STEP", step)
         assert pairs(*tokens(texts)) == whole
