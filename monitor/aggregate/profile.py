@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from monitor.aggregate.tokens import token_counts
+from monitor.aggregate.tokens import most_frequent, token_counts
 from monitor.classes import class_names
 from monitor.schema import Schema
 
@@ -247,10 +247,8 @@ def _vocabulary(values: pd.Series, factorized: Any) -> dict[str, Any]:
     words, freq = token_counts(distinct[texts], None if (times == 1).all() else times)
     if not len(words):
         return {}
-    words = words.to_numpy(zero_copy_only=False)
-    order = np.lexsort((words.astype(str), -freq))[:VOCABULARY]  # most frequent first, ties by word
-    kept = freq[order]
-    return {"vocabulary": tuple(str(w) for w in words[order]), "tokens": int(freq.sum()),
+    vocabulary, kept = most_frequent(words, freq, VOCABULARY)
+    return {"vocabulary": tuple(vocabulary), "tokens": int(freq.sum()),
             "oov_tokens": int(freq.sum() - kept.sum()), "singletons": int((kept == 1).sum())}
 
 

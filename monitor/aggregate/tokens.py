@@ -74,9 +74,43 @@ def token_counts(texts: np.ndarray, times: np.ndarray | None) -> tuple[pa.Array,
     return encoded.dictionary.filter(pa.array(seen)), total[seen]
 
 
+def most_frequent(words: pa.Array, counts: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
+    """The `k` most frequent of distinct `words` with their `counts`: most frequent first, ties by word
+    (in code point order). Only the words that can make the cut are turned into Python strings."""
+    pick = np.arange(len(counts))
+    if len(counts) > k:
+        kth = np.partition(counts, len(counts) - k)[len(counts) - k]  # the k-th largest count
+        above = np.flatnonzero(counts > kth)
+        ties = np.flatnonzero(counts == kth)
+        room = k - len(above)
+        if len(ties) > room:
+            # The first 8 bytes of a word order it whenever they differ (UTF-8 sorts in code point
+            # order): only the ties whose prefix is at most the room-th smallest can be among the first.
+            prefix = _prefix(words.take(pa.array(ties)))
+            ties = ties[prefix <= np.partition(prefix, room - 1)[room - 1]]
+        pick = np.concatenate([above, ties])
+    text = words.take(pa.array(pick)).to_numpy(zero_copy_only=False)
+    order = np.lexsort((text.astype(str), -counts[pick]))[:k]
+    return [str(w) for w in text[order]], counts[pick][order]
+
+
+def _prefix(words: pa.Array) -> np.ndarray:
+    """The first 8 bytes of each word as a big-endian uint64, zero-padded: a smaller prefix is a
+    smaller word."""
+    _, offsets_buf, data_buf = words.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64, count=len(words) + 1, offset=words.offset * 8)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = np.concatenate([data[: offsets[-1]], np.zeros(8, np.uint8)])
+    cols = np.arange(8)
+    block = data[offsets[:-1, None] + cols]
+    block[cols >= np.diff(offsets)[:, None]] = 0
+    return block.view(">u8").ravel()
+
+
 def _words(texts: np.ndarray, parents: bool) -> Words:
     arr = pa.array(texts, type=pa.large_string())
-    if pc.all(pc.string_is_ascii(arr)).as_py():
+    starts, data = _bytes(arr)
+    if data[starts[0]:starts[-1]].max(initial=0) < 0x80:  # ASCII
         segments, parent, cut = _ascii_segments(arr, parents)
     else:
         segments, parent, cut = _unicode_segments(arr)
@@ -110,42 +144,39 @@ def _unicode_segments(arr: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
 
 
 def _ascii_segments(arr: pa.Array, parents: bool) -> tuple[pa.Array, np.ndarray | None, np.ndarray]:
-    """ASCII texts cut into segments at spaces, without copying them: every whitespace byte made a
-    space, each segment a space and the word after it (or a text's first word, or a lone space), the
-    same words as the Unicode kernels at a fraction of their cost. With the index of each segment's text
-    (when `parents`) and the positions of the segments dropped because their text was cut in them."""
-    sliced = pc.ascii_lower(_spaced(pc.binary_slice(arr.cast(pa.large_binary()), 0, TOKEN_CHARS)))
-    _, offsets_buf, data_buf = sliced.buffers()
-    starts = np.frombuffer(offsets_buf, dtype=np.int64, count=len(sliced) + 1, offset=sliced.offset * 8)
+    """ASCII texts cut into segments at spaces, without a split: every whitespace byte made a space and
+    every letter lowercased in one table lookup, each segment a space and the word after it (or a
+    text's first word, or a lone space), the same words as the Unicode kernels at a fraction of their
+    cost. With the index of each segment's text (when `parents`) and the positions of the segments
+    dropped because their text was cut in them."""
+    starts, data = _bytes(arr)
+    cut = np.diff(starts) > TOKEN_CHARS  # a byte per character
+    if cut.any():
+        starts, data = _bytes(pc.binary_slice(arr.cast(pa.large_binary()), 0, TOKEN_CHARS))
     end = int(starts[-1])
-    if data_buf is None:
-        data_buf = pa.py_buffer(b"")
-    raw = np.frombuffer(data_buf, dtype=np.uint8, count=end)
+    raw = _FOLD[data[:end]]
     bound = np.zeros(end + 1, dtype=bool)
     bound[:end] = raw == 0x20
     bound[starts] = True  # a text's start, and the end of the last text
     bound[: starts[0]] = False
     cuts = np.flatnonzero(bound)
-    segments = pa.Array.from_buffers(pa.large_string(), len(cuts) - 1, [None, pa.py_buffer(cuts), data_buf])
+    segments = pa.Array.from_buffers(pa.large_string(), len(cuts) - 1, [None, pa.py_buffer(cuts), pa.py_buffer(raw)])
     parent = np.searchsorted(starts, cuts[:-1], side="right") - 1 if parents else None
     # A text longer than TOKEN_CHARS whose kept part ends in a word loses that word: its last segment.
-    cut = pc.greater(pc.utf8_length(arr), TOKEN_CHARS).to_numpy(zero_copy_only=False)
     ends = starts[1:][cut]
     ends = ends[raw[ends - 1] != 0x20]
     return segments, parent, np.searchsorted(cuts, ends, side="left") - 1
 
 
-# The ASCII characters Arrow's (and Python's) Unicode whitespace test accepts: tab to carriage return,
-# the four separators 0x1c-0x1f, and space.
-_SPACE = np.arange(256, dtype=np.uint8)
-_SPACE[[*range(0x09, 0x0E), *range(0x1C, 0x20)]] = ord(" ")
+def _bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The offsets (int64) and data bytes of a large_string or large_binary array, without copying."""
+    _, offsets, data = arr.buffers()
+    starts = np.frombuffer(offsets, dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+    return starts, np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
 
 
-def _spaced(binary: pa.Array) -> pa.Array:
-    """An ASCII large_binary array as large_string with every whitespace byte made a space."""
-    validity, offsets, data = binary.buffers()
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    if (raw < 0x20).any():
-        data = pa.py_buffer(_SPACE[raw])
-    return pa.Array.from_buffers(pa.large_string(), len(binary), [validity, offsets, data], binary.null_count,
-                                 binary.offset)
+# Each ASCII byte as a token reads it: the characters Arrow's (and Python's) Unicode whitespace test
+# accepts (tab to carriage return, the four separators 0x1c-0x1f) a space, letters lowercase.
+_FOLD = np.arange(256, dtype=np.uint8)
+_FOLD[[*range(0x09, 0x0E), *range(0x1C, 0x20)]] = ord(" ")
+_FOLD[ord("A"):ord("Z") + 1] += 32
