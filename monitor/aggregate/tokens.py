@@ -23,9 +23,11 @@ _PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\
 
 @dataclass(frozen=True)
 class Words:
-    """One step of `texts` texts as words: `words` the distinct trimmed words ("" for a word that was
-    all punctuation), and per word occurrence its `code` in `words`, whether it counts (`valid`: not
-    empty, not cut) and, when asked for, the index of its text (`parent`, within the step)."""
+    """One step of `texts` texts as words: `words` the step's words, each once or a few times (ASCII
+    words are hashed as written, then lowercased: "The" and "the" are two entries reading "the"; ""
+    for a word that was all punctuation), and per word occurrence its `code` in `words`, whether it
+    counts (`valid`: not empty, not cut) and, when asked for, the index of its text (`parent`,
+    within the step)."""
 
     texts: int
     words: pa.Array
@@ -110,14 +112,15 @@ def _prefix(words: pa.Array) -> np.ndarray:
 def _words(texts: np.ndarray, parents: bool) -> Words:
     arr = pa.array(texts, type=pa.large_string())
     starts, data = _bytes(arr)
-    if data[starts[0]:starts[-1]].max(initial=0) < 0x80:  # ASCII
-        segments, parent, cut = _ascii_segments(arr, parents)
-    else:
-        segments, parent, cut = _unicode_segments(arr)
+    ascii = data[starts[0]:starts[-1]].max(initial=0) < 0x80
+    segments, parent, cut = _ascii_segments(arr, parents) if ascii else _unicode_segments(arr)
     encoded = pc.dictionary_encode(segments)
-    # A segment is a word with, in the ASCII path, the space before it: spaces and punctuation are
-    # trimmed together (a word holds no space, so that is the word trimmed of punctuation).
-    words = pc.utf8_trim(encoded.dictionary, characters=_PUNCTUATION + " ")
+    # An ASCII segment is a word with the whitespace byte before it: whitespace and punctuation are
+    # trimmed together (a word holds no whitespace, so that is the word trimmed of punctuation), and
+    # letters lowercased, once per distinct segment rather than once per byte of text.
+    words = pc.utf8_trim(encoded.dictionary, characters=_PUNCTUATION + _ASCII_SPACE)
+    if ascii:
+        words = pc.ascii_lower(words)
     code = encoded.indices.to_numpy(zero_copy_only=False)
     valid = pc.not_equal(words, "").to_numpy(zero_copy_only=False)[code]
     valid[cut] = False
@@ -144,28 +147,31 @@ def _unicode_segments(arr: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
 
 
 def _ascii_segments(arr: pa.Array, parents: bool) -> tuple[pa.Array, np.ndarray | None, np.ndarray]:
-    """ASCII texts cut into segments at spaces, without a split: every whitespace byte made a space and
-    every letter lowercased in one table lookup, each segment a space and the word after it (or a
-    text's first word, or a lone space), the same words as the Unicode kernels at a fraction of their
-    cost. With the index of each segment's text (when `parents`) and the positions of the segments
-    dropped because their text was cut in them."""
+    """ASCII texts cut into segments at whitespace bytes, without a split or a copy: each segment a
+    whitespace byte and the word after it (or a text's first word, or a lone whitespace byte), the same
+    words as the Unicode kernels at a fraction of their cost. With the index of each segment's text
+    (when `parents`) and the positions of the segments dropped because their text was cut in them."""
     starts, data = _bytes(arr)
     cut = np.diff(starts) > TOKEN_CHARS  # a byte per character
     if cut.any():
         starts, data = _bytes(pc.binary_slice(arr.cast(pa.large_binary()), 0, TOKEN_CHARS))
     end = int(starts[-1])
-    raw = _FOLD[data[:end]]
+    text = data[:end]
     bound = np.zeros(end + 1, dtype=bool)
-    bound[:end] = raw == 0x20
+    np.less_equal(text, 0x20, out=bound[:end])
+    if text[starts[0]:].min(initial=0x20) < 0x20:  # control bytes: only some are whitespace
+        low = np.flatnonzero(text < 0x20)
+        bound[low] = _IS_SPACE[text[low]]
+    ends = starts[1:][cut]
+    last_is_word = ~bound[ends - 1]
     bound[starts] = True  # a text's start, and the end of the last text
     bound[: starts[0]] = False
     cuts = np.flatnonzero(bound)
-    segments = pa.Array.from_buffers(pa.large_string(), len(cuts) - 1, [None, pa.py_buffer(cuts), pa.py_buffer(raw)])
+    segments = pa.Array.from_buffers(pa.large_string(), len(cuts) - 1,
+                                     [None, pa.py_buffer(cuts), pa.py_buffer(text) if end else pa.py_buffer(b"")])
     parent = np.searchsorted(starts, cuts[:-1], side="right") - 1 if parents else None
     # A text longer than TOKEN_CHARS whose kept part ends in a word loses that word: its last segment.
-    ends = starts[1:][cut]
-    ends = ends[raw[ends - 1] != 0x20]
-    return segments, parent, np.searchsorted(cuts, ends, side="left") - 1
+    return segments, parent, np.searchsorted(cuts, ends[last_is_word], side="left") - 1
 
 
 def _bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -175,8 +181,8 @@ def _bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
 
 
-# Each ASCII byte as a token reads it: the characters Arrow's (and Python's) Unicode whitespace test
-# accepts (tab to carriage return, the four separators 0x1c-0x1f) a space, letters lowercase.
-_FOLD = np.arange(256, dtype=np.uint8)
-_FOLD[[*range(0x09, 0x0E), *range(0x1C, 0x20)]] = ord(" ")
-_FOLD[ord("A"):ord("Z") + 1] += 32
+# The ASCII characters Arrow's (and Python's) Unicode whitespace test accepts: tab to carriage return,
+# the four separators 0x1c-0x1f, and space.
+_ASCII_SPACE = "".join(map(chr, [*range(0x09, 0x0E), *range(0x1C, 0x21)]))
+_IS_SPACE = np.zeros(256, dtype=bool)
+_IS_SPACE[[ord(c) for c in _ASCII_SPACE]] = True
