@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from monitor.aggregate.tokens import most_frequent, token_counts
+from monitor.aggregate.tokens import most_frequent, text_hash, token_counts
 from monitor.classes import class_names
 from monitor.schema import Schema
 
@@ -26,6 +26,7 @@ N_BINS = 10  # quantile bins per numeric field and text length
 MAX_CATEGORIES = 200  # categories kept per field; the rest of the reference is `truncated` into the other bin
 FORMAT = 1  # bump when the JSON layout changes (fields added with a default that to_json leaves out do not)
 VOCABULARY = 5000  # tokens kept per text field: the reference's most frequent
+VOCABULARY_TEXTS = 131072  # distinct reference texts at most the vocabulary is counted over (a hash sample)
 # Fields added after FORMAT 1, left out of the JSON while they hold their default: an old stored profile
 # keeps its fingerprint (so partials folded before the upgrade still merge) and still loads.
 _OPTIONAL = {"vocabulary": (), "tokens": 0, "oov_tokens": 0, "singletons": 0, "distinct": 0}
@@ -243,6 +244,13 @@ def _vocabulary(values: pd.Series, factorized: Any) -> dict[str, Any]:
     if not len(texts):
         return {}
     times = np.bincount(codes[codes >= 0], minlength=len(distinct))[texts]
+    if len(texts) > VOCABULARY_TEXTS:
+        # Counted over 1 in `every` distinct texts chosen by text_hash (the same texts in any order):
+        # the most frequent words are all in such a sample, and its out-of-vocabulary share and
+        # Good-Turing mass estimate the whole reference's.
+        every = 1 << int(np.ceil(np.log2(len(texts) / VOCABULARY_TEXTS)))
+        sample = text_hash(distinct[texts]) % every == 0
+        texts, times = texts[sample], times[sample]
     # Every text once (as when each row's text is unique): plain counts, without a weight per token.
     words, freq = token_counts(distinct[texts], None if (times == 1).all() else times)
     if not len(words):
