@@ -52,8 +52,9 @@ class FieldProfile:
     min: float | None = None  # finite min / max of the values (numeric) or lengths (text)
     max: float | None = None
     truncated: bool = False  # categorical: the reference had more than MAX_CATEGORIES values
-    # text: the VOCABULARY most frequent reference tokens (see `tokens`), the reference's token count, how
-    # many of them are outside the vocabulary, and how many vocabulary tokens occurred once.
+    # text: the VOCABULARY most frequent reference tokens (see aggregate.tokens), the reference's token
+    # count, how many of them are outside the vocabulary, and how many vocabulary tokens occurred once;
+    # counted over a hash sample of the distinct texts past VOCABULARY_TEXTS of them.
     vocabulary: tuple[str, ...] = ()
     tokens: int = 0
     oov_tokens: int = 0
