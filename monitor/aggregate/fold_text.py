@@ -14,11 +14,14 @@ import pyarrow.compute as pc
 from monitor.aggregate import keys
 from monitor.aggregate.profile import FieldProfile
 from monitor.aggregate.sketch import Values
-from monitor.aggregate.tokens import steps, text_hash
+from monitor.aggregate.tokens import TOKEN_STEP, steps, text_hash
 from monitor.aggregate.totals import Totals, add_up, sketch
 
 LENGTH_SPLITS = (0.5, 0.8, 0.9)  # reference length quantiles splitting latency by input length
 OOV_SAMPLE = 8  # oov counts take the distinct texts whose text_hash is 0 mod this (the same texts in any split)
+ROWS_MIN = 65536  # rows of a text column from which its texts may be read row by row (text_rows)
+ROWS_HEAD = 4096  # first rows text_rows looks at
+ROWS_DISTINCT = 0.9  # share of them distinct from which it does
 
 
 def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -49,6 +52,36 @@ def latency_by_length(latency: Values | None, accs: list[Totals], source: str, r
             sketch(accs, keys.latency_by(source, label), latency, rows)
 
 
+def text_rows(values: pd.Series) -> list[pa.Array] | None:
+    """A text column as Arrow strings, TOKEN_STEP rows a chunk (missing values null), when most of its
+    first rows are distinct texts: hashing every text to find the distinct ones then costs more than it
+    saves. None otherwise, or when a value is neither text nor missing."""
+    if len(values) < ROWS_MIN or values.dtype != object:
+        return None
+    head = values.iloc[:ROWS_HEAD].dropna()
+    if not len(head) or len(pd.unique(head)) < ROWS_DISTINCT * len(head):
+        return None
+    column = values.to_numpy(dtype=object)
+    try:
+        return [pa.array(column[a:a + TOKEN_STEP], type=pa.large_string(), from_pandas=True)
+                for a in range(0, len(column), TOKEN_STEP)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
+def row_lengths(rows: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """profile.lengths of the text_rows chunks: characters per text (NaN for missing), the missing mask."""
+    v = np.concatenate([pc.utf8_length(c).to_numpy(zero_copy_only=False).astype(float) for c in rows])
+    return v, np.isnan(v)
+
+
+def fold_oov_rows(name: str, ref: FieldProfile, values: pd.Series, rows: list[pa.Array], missing: np.ndarray,
+                  accs: list[Totals]) -> None:
+    """fold_oov over text_rows chunks: each row's text sampled by the same hash, counted where it is."""
+    chosen = np.flatnonzero((text_hash(rows) % OOV_SAMPLE == 0) & ~missing)
+    _count_oov(name, ref, values.to_numpy(dtype=object), chosen, np.arange(len(values)), accs)
+
+
 def fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], accs: list[Totals]) -> None:
     """Tokens and out-of-vocabulary tokens (`tokens:<f>`, `oov:<f>`) and the texts they came from
     (`oov_texts:<f>`), over the distinct texts sampled by hash (1 in OOV_SAMPLE)."""
@@ -63,11 +96,18 @@ def fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], a
     chosen = texts[text_hash(distinct[texts]) % OOV_SAMPLE == 0] if len(texts) else texts
     if not len(chosen):
         return
+    _count_oov(name, ref, distinct, chosen, codes, accs)
+
+
+def _count_oov(name: str, ref: FieldProfile, texts: np.ndarray, chosen: np.ndarray, codes: np.ndarray,
+               accs: list[Totals]) -> None:
+    """Add up the tokens and out-of-vocabulary tokens of `texts[chosen]` for the rows reading text
+    `codes` (-1: none)."""
     vocabulary = pa.array(list(ref.vocabulary), type=pa.large_string())
-    per_tokens = np.zeros(len(distinct) + 1)
-    per_oov = np.zeros(len(distinct) + 1)
-    per_text = np.zeros(len(distinct) + 1)
-    for first, w in steps(distinct[chosen]):
+    per_tokens = np.zeros(len(texts) + 1)
+    per_oov = np.zeros(len(texts) + 1)
+    per_text = np.zeros(len(texts) + 1)
+    for first, w in steps(texts[chosen]):
         # Each distinct word of the step is looked up once.
         known = pc.is_in(w.words, value_set=vocabulary).to_numpy(zero_copy_only=False)[w.code[w.valid]]
         parent = w.parent[w.valid]

@@ -114,29 +114,17 @@ _HASH_CHUNK = 65536  # texts per gather: bounds the index matrix at 8 MiB
 _HASH_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
 
 
-def text_hash(texts: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each text (object array of str) from its UTF-8 length and first 16 bytes: the
-    same in every process (Python's hash is not), vectorized (pandas' hash_array encodes one by one)."""
-    cols = np.arange(_HASH_BYTES)
-    h = np.zeros(len(texts), dtype=np.uint64)
-    with np.errstate(over="ignore"):
+def text_hash(texts: np.ndarray | list[pa.Array]) -> np.ndarray:
+    """A 64-bit hash of each text (object array of str, or Arrow string chunks; a missing text hashes
+    as "") from its UTF-8 length and first 16 bytes: the same in every process (Python's hash is not),
+    vectorized (pandas' hash_array encodes one by one)."""
+    if isinstance(texts, np.ndarray):
         # Converted to Arrow a chunk at a time: one buffer for a million texts costs several times more
         # (it grows by copying, page by page).
-        for a in range(0, len(texts), _HASH_CHUNK):
-            arr = pa.array(texts[a:a + _HASH_CHUNK], type=pa.large_string())
-            if arr.offset or arr.null_count:
-                arr = pa.concat_arrays([arr.fill_null("")])
-            offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1)
-            data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
-            if not len(data):
-                data = np.zeros(1, np.uint8)
-            size = np.diff(offsets)
-            idx = np.minimum(offsets[:-1, None] + cols, len(data) - 1)
-            block = data[idx]
-            block[cols >= size[:, None]] = 0  # bytes past a short text's end
-            words = block.view(np.uint64)
-            h[a:a + len(arr)] = size.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93) \
-                + (words * _HASH_MULT).sum(axis=1, dtype=np.uint64)
+        texts = [pa.array(texts[a:a + _HASH_CHUNK], type=pa.large_string()) for a in range(0, len(texts), _HASH_CHUNK)]
+    h = np.concatenate([_hash_chunk(arr[a:a + _HASH_CHUNK]) for arr in texts for a in range(0, len(arr), _HASH_CHUNK)]) \
+        if texts else np.zeros(0, dtype=np.uint64)
+    with np.errstate(over="ignore"):
         # splitmix64's finalizer: every input bit reaches the low bits that the sample reads
         h ^= h >> np.uint64(30)
         h *= np.uint64(0xBF58476D1CE4E5B9)
@@ -144,6 +132,24 @@ def text_hash(texts: np.ndarray) -> np.ndarray:
         h *= np.uint64(0x94D049BB133111EB)
         h ^= h >> np.uint64(31)
     return h
+
+
+def _hash_chunk(arr: pa.Array) -> np.ndarray:
+    """text_hash before its finalizer, of up to _HASH_CHUNK Arrow strings."""
+    cols = np.arange(_HASH_BYTES)
+    if arr.offset or arr.null_count:
+        arr = pa.concat_arrays([arr.fill_null("")])
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    if not len(data):
+        data = np.zeros(1, np.uint8)
+    size = np.diff(offsets)
+    idx = np.minimum(offsets[:-1, None] + cols, len(data) - 1)
+    block = data[idx]
+    block[cols >= size[:, None]] = 0  # bytes past a short text's end
+    words = block.view(np.uint64)
+    with np.errstate(over="ignore"):
+        return size.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93) + (words * _HASH_MULT).sum(axis=1, dtype=np.uint64)
 
 
 def _words(texts: np.ndarray, parents: bool) -> Words:

@@ -471,3 +471,33 @@ def test_tokens_in_steps_are_the_tokens_of_the_whole_column(monkeypatch):
     for step in (1, 7, 64):
         monkeypatch.setattr(tokens_mod, "TOKEN_STEP", step)
         assert pairs(*tokens(texts)) == whole
+
+
+def test_texts_read_row_by_row_fold_as_each_distinct_text_once(monkeypatch):
+    """A text column of mostly distinct texts is read row by row (no hash of every text to find the
+    distinct ones): the same partials as the distinct-text path, missing values, repeats, Unicode and
+    control characters included; a column holding a non-text value keeps the distinct-text path."""
+    from monitor.aggregate import fold_text
+
+    schema = Schema(features={"t": "text"})
+    rng = np.random.default_rng(3)
+    words = np.array(["Alpha", "beta,", "gamma!", "caf\u00e9", "tab\tsep", "x" * 300, "id"], dtype=object)
+    texts = [" ".join(rng.choice(words, int(rng.integers(0, 6)))) + f" #{i}" for i in range(3000)]
+    texts[::7] = [None] * len(texts[::7])
+    texts[1::31] = ["the same text"] * len(texts[1::31])
+    texts[5] = math.nan
+    ref = build_profile(pd.DataFrame({"t": [f"alpha beta {i % 50}" for i in range(500)]}), schema)
+    frame = pd.DataFrame({"t": np.array(texts, dtype=object),
+                          "ts": pd.Timestamp("2026-01-01", tz="UTC") + pd.to_timedelta(np.arange(3000), unit="s"),
+                          "model_version": "v1", "status": "ok"})
+
+    def payloads(f: pd.DataFrame) -> list[bytes]:
+        return [p.payload for p in fold(f, timedelta(minutes=5), [], timed=False, schema=schema, profile=ref)]
+
+    whole = payloads(frame)
+    assert fold_text.text_rows(frame["t"]) is None  # fewer than ROWS_MIN rows
+    monkeypatch.setattr(fold_text, "ROWS_MIN", 100)
+    assert fold_text.text_rows(frame["t"]) is not None
+    assert payloads(frame) == whole
+    odd = frame.assign(t=frame["t"].where(frame.index != 9, 42))
+    assert fold_text.text_rows(odd["t"]) is None
