@@ -52,33 +52,33 @@ def latency_by_length(latency: Values | None, accs: list[Totals], source: str, r
             sketch(accs, keys.latency_by(source, label), latency, rows)
 
 
-def text_rows(values: pd.Series) -> list[pa.Array] | None:
-    """A text column as Arrow strings, TOKEN_STEP rows a chunk (missing values null), when most of its
-    first rows are distinct texts: hashing every text to find the distinct ones then costs more than it
-    saves. None otherwise, or when a value is neither text nor missing."""
+def text_rows(values: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """The length in characters (NaN for missing) and text_hash of each row's text, read row by row a
+    chunk at a time, when most of the column's first rows are distinct texts: hashing every text to find
+    the distinct ones then costs more than it saves. None otherwise, or when a value is neither text
+    nor missing."""
     if len(values) < ROWS_MIN or values.dtype != object:
         return None
     head = values.iloc[:ROWS_HEAD].dropna()
     if not len(head) or len(pd.unique(head)) < ROWS_DISTINCT * len(head):
         return None
     column = values.to_numpy(dtype=object)
-    try:
-        return [pa.array(column[a:a + TOKEN_STEP], type=pa.large_string(), from_pandas=True)
-                for a in range(0, len(column), TOKEN_STEP)]
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
+    size, hashes = np.empty(len(column)), np.empty(len(column), dtype=np.uint64)
+    for a in range(0, len(column), TOKEN_STEP):
+        try:
+            chunk = pa.array(column[a:a + TOKEN_STEP], type=pa.large_string(), from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        size[a:a + len(chunk)] = pc.utf8_length(chunk).to_numpy(zero_copy_only=False)
+        hashes[a:a + len(chunk)] = text_hash([chunk])
+    return size, hashes
 
 
-def row_lengths(rows: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
-    """profile.lengths of the text_rows chunks: characters per text (NaN for missing), the missing mask."""
-    v = np.concatenate([pc.utf8_length(c).to_numpy(zero_copy_only=False).astype(float) for c in rows])
-    return v, np.isnan(v)
-
-
-def fold_oov_rows(name: str, ref: FieldProfile, values: pd.Series, rows: list[pa.Array], missing: np.ndarray,
+def fold_oov_rows(name: str, ref: FieldProfile, values: pd.Series, hashes: np.ndarray, missing: np.ndarray,
                   accs: list[Totals]) -> None:
-    """fold_oov over text_rows chunks: each row's text sampled by the same hash, counted where it is."""
-    chosen = np.flatnonzero((text_hash(rows) % OOV_SAMPLE == 0) & ~missing)
+    """fold_oov over rows read by text_rows: each row's text sampled by the same hash, counted where it
+    is."""
+    chosen = np.flatnonzero((hashes % OOV_SAMPLE == 0) & ~missing)
     _count_oov(name, ref, values.to_numpy(dtype=object), chosen, np.arange(len(values)), accs)
 
 
