@@ -11,7 +11,7 @@ import pandas as pd
 
 from monitor.aggregate import keys
 from monitor.aggregate.fold_service import PER_SECOND, fold_cache, fold_cache_time, fold_service
-from monitor.aggregate.fold_text import fold_oov, latency_by_length
+from monitor.aggregate.fold_text import fold_oov, fold_oov_rows, latency_by_length, text_rows
 from monitor.aggregate.partial import ALL
 from monitor.aggregate.profile import (
     Profile,
@@ -215,17 +215,21 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
                 count(accs, keys.below(name), v < ref.min)
                 count(accs, keys.above(name), v > ref.max)
         elif kind == "text":
-            factorized = factorize(values)
-            v, missing = lengths(values, factorized)
+            # Mostly distinct texts are read row by row; otherwise each distinct text once.
+            rows = text_rows(values) if name in frame else None
+            factorized = factorize(values) if rows is None else None
+            v, missing = lengths(values, factorized) if rows is None else (rows[0], np.isnan(rows[0]))
             if name in frame:
                 count(accs, keys.missing(name), missing)
-            del missing
             idx = bin_codes(ref.edges, v)
             hist(accs, keys.length(name), idx, ref.bins)
             latency_by_length(latency, accs, keys.length(name), ref, idx)
             del idx
-            if ref.vocabulary and factorized is not None:
+            if ref.vocabulary and rows is not None:
+                fold_oov_rows(name, ref, values, rows[1], missing, accs)
+            elif ref.vocabulary and factorized is not None:
                 fold_oov(name, ref, factorized, accs)
+            del missing, rows
         else:
             idx = category_codes(ref, values)
             if name in frame:

@@ -12,12 +12,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from monitor.aggregate import keys
-from monitor.aggregate.profile import FieldProfile, tokens
+from monitor.aggregate.profile import FieldProfile
 from monitor.aggregate.sketch import Values
+from monitor.aggregate.tokens import TOKEN_STEP, steps, text_hash
 from monitor.aggregate.totals import Totals, add_up, sketch
 
 LENGTH_SPLITS = (0.5, 0.8, 0.9)  # reference length quantiles splitting latency by input length
 OOV_SAMPLE = 8  # oov counts take the distinct texts whose text_hash is 0 mod this (the same texts in any split)
+ROWS_MIN = 65536  # rows of a text column from which its texts may be read row by row (text_rows)
+ROWS_HEAD = 4096  # first rows text_rows looks at
+ROWS_DISTINCT = 0.9  # share of them distinct from which it does
 
 
 def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -48,39 +52,34 @@ def latency_by_length(latency: Values | None, accs: list[Totals], source: str, r
             sketch(accs, keys.latency_by(source, label), latency, rows)
 
 
-_HASH_BYTES = 16  # bytes of a text its hash reads (with its length)
-_HASH_CHUNK = 65536  # texts per gather: bounds the index matrix at 8 MiB
-_HASH_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+def text_rows(values: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """The length in characters (NaN for missing) and text_hash of each row's text, read row by row a
+    chunk at a time, when most of the column's first rows are distinct texts: hashing every text to find
+    the distinct ones then costs more than it saves. None otherwise, or when a value is neither text
+    nor missing."""
+    if len(values) < ROWS_MIN or values.dtype != object:
+        return None
+    head = values.iloc[:ROWS_HEAD].dropna()
+    if not len(head) or len(pd.unique(head)) < ROWS_DISTINCT * len(head):
+        return None
+    column = values.to_numpy(dtype=object)
+    size, hashes = np.empty(len(column)), np.empty(len(column), dtype=np.uint64)
+    for a in range(0, len(column), TOKEN_STEP):
+        try:
+            chunk = pa.array(column[a:a + TOKEN_STEP], type=pa.large_string(), from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        size[a:a + len(chunk)] = pc.utf8_length(chunk).to_numpy(zero_copy_only=False)
+        hashes[a:a + len(chunk)] = text_hash([chunk])
+    return size, hashes
 
 
-def text_hash(texts: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each text (object array of str) from its UTF-8 length and first 16 bytes: the
-    same in every process (Python's hash is not), vectorized (pandas' hash_array encodes one by one)."""
-    arr = pa.array(texts, type=pa.large_string())
-    if arr.offset or arr.null_count:
-        arr = pa.concat_arrays([arr.fill_null("")])
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1)
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(1, np.uint8)
-    if not len(data):
-        data = np.zeros(1, np.uint8)
-    size = np.diff(offsets)
-    cols = np.arange(_HASH_BYTES)
-    h = size.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
-    with np.errstate(over="ignore"):
-        for a in range(0, len(arr), _HASH_CHUNK):
-            b = min(a + _HASH_CHUNK, len(arr))
-            idx = np.minimum(offsets[a:b, None] + cols, len(data) - 1)
-            block = data[idx]
-            block[cols >= size[a:b, None]] = 0  # bytes past a short text's end
-            words = block.view(np.uint64)
-            h[a:b] += (words * _HASH_MULT).sum(axis=1, dtype=np.uint64)
-        # splitmix64's finalizer: every input bit reaches the low bits that the sample reads
-        h ^= h >> np.uint64(30)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(27)
-        h *= np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
-    return h
+def fold_oov_rows(name: str, ref: FieldProfile, values: pd.Series, hashes: np.ndarray, missing: np.ndarray,
+                  accs: list[Totals]) -> None:
+    """fold_oov over rows read by text_rows: each row's text sampled by the same hash, counted where it
+    is."""
+    chosen = np.flatnonzero((hashes % OOV_SAMPLE == 0) & ~missing)
+    _count_oov(name, ref, values.to_numpy(dtype=object), chosen, np.arange(len(values)), accs)
 
 
 def fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], accs: list[Totals]) -> None:
@@ -97,13 +96,24 @@ def fold_oov(name: str, ref: FieldProfile, factorized: tuple[np.ndarray, Any], a
     chosen = texts[text_hash(distinct[texts]) % OOV_SAMPLE == 0] if len(texts) else texts
     if not len(chosen):
         return
-    flat, parent = tokens(distinct[chosen])
-    known = pc.is_in(flat, value_set=pa.array(list(ref.vocabulary), type=flat.type)).to_numpy(zero_copy_only=False)
-    per_tokens = np.zeros(len(distinct) + 1)
-    per_oov = np.zeros(len(distinct) + 1)
-    per_text = np.zeros(len(distinct) + 1)
-    per_tokens[chosen] = np.bincount(parent, minlength=len(chosen))
-    per_oov[chosen] = np.bincount(parent, weights=~known, minlength=len(chosen))
+    _count_oov(name, ref, distinct, chosen, codes, accs)
+
+
+def _count_oov(name: str, ref: FieldProfile, texts: np.ndarray, chosen: np.ndarray, codes: np.ndarray,
+               accs: list[Totals]) -> None:
+    """Add up the tokens and out-of-vocabulary tokens of `texts[chosen]` for the rows reading text
+    `codes` (-1: none)."""
+    vocabulary = pa.array(list(ref.vocabulary), type=pa.large_string())
+    per_tokens = np.zeros(len(texts) + 1)
+    per_oov = np.zeros(len(texts) + 1)
+    per_text = np.zeros(len(texts) + 1)
+    for first, w in steps(texts[chosen]):
+        # Each distinct word of the step is looked up once.
+        known = pc.is_in(w.words, value_set=vocabulary).to_numpy(zero_copy_only=False)[w.code[w.valid]]
+        parent = w.parent[w.valid]
+        rows = chosen[first:first + w.texts]
+        per_tokens[rows] = np.bincount(parent, minlength=len(rows))
+        per_oov[rows] = np.bincount(parent, weights=~known, minlength=len(rows))
     per_text[chosen] = 1
     add_up(accs, keys.tokens(name), per_tokens[codes])  # code -1 (missing) reads the last slot: 0
     add_up(accs, keys.oov(name), per_oov[codes])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import string
 from dataclasses import asdict, dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -18,9 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from monitor.aggregate.tokens import most_frequent, text_hash, token_counts
 from monitor.classes import class_names
 from monitor.schema import Schema
 
@@ -28,9 +26,7 @@ N_BINS = 10  # quantile bins per numeric field and text length
 MAX_CATEGORIES = 200  # categories kept per field; the rest of the reference is `truncated` into the other bin
 FORMAT = 1  # bump when the JSON layout changes (fields added with a default that to_json leaves out do not)
 VOCABULARY = 5000  # tokens kept per text field: the reference's most frequent
-TOKEN_CHARS = 256  # tokens are read from the first this many characters of a text (a cut word is dropped)
-TOKEN_STEP = 65536  # texts tokenized at a time
-_PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u2013\u2014\u00b7\u00bf\u00a1"
+VOCABULARY_TEXTS = 131072  # distinct reference texts at most the vocabulary is counted over (a hash sample)
 # Fields added after FORMAT 1, left out of the JSON while they hold their default: an old stored profile
 # keeps its fingerprint (so partials folded before the upgrade still merge) and still loads.
 _OPTIONAL = {"vocabulary": (), "tokens": 0, "oov_tokens": 0, "singletons": 0, "distinct": 0}
@@ -56,8 +52,9 @@ class FieldProfile:
     min: float | None = None  # finite min / max of the values (numeric) or lengths (text)
     max: float | None = None
     truncated: bool = False  # categorical: the reference had more than MAX_CATEGORIES values
-    # text: the VOCABULARY most frequent reference tokens (see `tokens`), the reference's token count, how
-    # many of them are outside the vocabulary, and how many vocabulary tokens occurred once.
+    # text: the VOCABULARY most frequent reference tokens (see aggregate.tokens), the reference's token
+    # count, how many of them are outside the vocabulary, and how many vocabulary tokens occurred once;
+    # counted over a hash sample of the distinct texts past VOCABULARY_TEXTS of them.
     vocabulary: tuple[str, ...] = ()
     tokens: int = 0
     oov_tokens: int = 0
@@ -233,67 +230,6 @@ def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
                         distinct=distinct, **vocab)
 
 
-def tokens(texts: np.ndarray) -> tuple[pa.ChunkedArray, np.ndarray]:
-    """The tokens of each text (an object array of str): its first TOKEN_CHARS characters lowercased,
-    split at whitespace, punctuation trimmed from both ends of each word, the last word dropped when the
-    text was cut there; with the index of the text each token came from. (No regular expression: Arrow
-    compiles one on every call, which costs more than tokenizing a tick's texts.)"""
-    # In steps of TOKEN_STEP texts: each kernel's output then stays in cache for the next kernel, about
-    # twice as fast as whole-column passes when every text is distinct.
-    flat, parent = [], []
-    for first in range(0, len(texts), TOKEN_STEP):
-        f, p = _tokens(texts[first:first + TOKEN_STEP])
-        flat.append(f)
-        parent.append(p + first)
-    return (pa.chunked_array(flat, type=pa.large_string()),
-            np.concatenate(parent) if parent else np.zeros(0, dtype="int64"))
-
-
-def _tokens(texts: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-    arr = pa.array(texts, type=pa.large_string())
-    if pc.all(pc.string_is_ascii(arr)).as_py():
-        # ASCII: byte kernels, every whitespace byte made a space and the texts split at spaces (empty
-        # words are dropped below), the same tokens as the Unicode kernels at a third of their cost.
-        sliced = pc.ascii_lower(_spaced(pc.binary_slice(arr.cast(pa.large_binary()), 0, TOKEN_CHARS)))
-        trimmed = pc.utf8_rtrim_whitespace(sliced)
-        lists = pc.split_pattern(trimmed, " ")
-    else:
-        sliced = pc.utf8_lower(pc.utf8_slice_codeunits(arr, 0, TOKEN_CHARS))
-        # Trailing whitespace goes before the split: Arrow's utf8_split_whitespace reads the byte past a
-        # text that ends in whitespace (past the last text: uninitialized memory) and, when that byte is no
-        # UTF-8, leaves the whitespace on the last word ("word " instead of "word", ""): tokens changed
-        # from run to run.
-        trimmed = pc.utf8_rtrim_whitespace(sliced)
-        lists = pc.utf8_split_whitespace(trimmed)
-    flat = pc.utf8_trim(pc.list_flatten(lists), characters=_PUNCTUATION)
-    parent = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
-    keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False)
-    cut = pc.greater(pc.utf8_length(arr), TOKEN_CHARS).to_numpy(zero_copy_only=False)
-    if cut.any():
-        offsets = lists.offsets.to_numpy()
-        cut &= offsets[1:] > offsets[:-1]  # texts cut that have a word
-        # A text cut right after whitespace ends in a whole word: it stays.
-        cut &= pc.equal(pc.binary_length(trimmed), pc.binary_length(sliced)).to_numpy(zero_copy_only=False)
-        keep[offsets[1:][cut] - 1] = False
-    return flat.filter(pa.array(keep)), parent[keep]
-
-
-# The ASCII characters Arrow's (and Python's) Unicode whitespace test accepts: tab to carriage return,
-# the four separators 0x1c-0x1f, and space.
-_SPACE = np.arange(256, dtype=np.uint8)
-_SPACE[[*range(0x09, 0x0E), *range(0x1C, 0x20)]] = ord(" ")
-
-
-def _spaced(binary: pa.Array) -> pa.Array:
-    """An ASCII large_binary array as large_string with every whitespace byte made a space."""
-    validity, offsets, data = binary.buffers()
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    if (raw < 0x20).any():
-        data = pa.py_buffer(_SPACE[raw])
-    return pa.Array.from_buffers(pa.large_string(), len(binary), [validity, offsets, data], binary.null_count,
-                                 binary.offset)
-
-
 def _vocabulary(values: pd.Series, factorized: Any) -> dict[str, Any]:
     """FieldProfile's vocabulary fields of a text column (nothing when it holds no word), from the values'
     `factorize`. Each distinct text is tokenized once and its tokens counted as often as it occurs."""
@@ -308,19 +244,20 @@ def _vocabulary(values: pd.Series, factorized: Any) -> dict[str, Any]:
                                            count=len(distinct)))
     if not len(texts):
         return {}
-    flat, parent = tokens(distinct[texts])
-    if not len(flat):
-        return {}
     times = np.bincount(codes[codes >= 0], minlength=len(distinct))[texts]
-    encoded = pc.dictionary_encode(flat).combine_chunks()
-    words = encoded.dictionary.to_numpy(zero_copy_only=False)
-    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    if len(texts) > VOCABULARY_TEXTS:
+        # Counted over 1 in `every` distinct texts chosen by text_hash (the same texts in any order):
+        # the most frequent words are all in such a sample, and its out-of-vocabulary share and
+        # Good-Turing mass estimate the whole reference's.
+        every = 1 << int(np.ceil(np.log2(len(texts) / VOCABULARY_TEXTS)))
+        sample = text_hash(distinct[texts]) % every == 0
+        texts, times = texts[sample], times[sample]
     # Every text once (as when each row's text is unique): plain counts, without a weight per token.
-    weights = None if (times == 1).all() else times[parent]
-    freq = np.bincount(indices, weights=weights, minlength=len(words)).round().astype("int64")
-    order = np.lexsort((words.astype(str), -freq))[:VOCABULARY]  # most frequent first, ties by word
-    kept = freq[order]
-    return {"vocabulary": tuple(str(w) for w in words[order]), "tokens": int(freq.sum()),
+    words, freq = token_counts(distinct[texts], None if (times == 1).all() else times)
+    if not len(words):
+        return {}
+    vocabulary, kept = most_frequent(words, freq, VOCABULARY)
+    return {"vocabulary": tuple(vocabulary), "tokens": int(freq.sum()),
             "oov_tokens": int(freq.sum() - kept.sum()), "singletons": int((kept == 1).sum())}
 
 

@@ -11,13 +11,12 @@ import pytest
 from monitor.aggregate.profile import (
     MAX_CATEGORIES,
     N_BINS,
-    TOKEN_CHARS,
     Profile,
     build_profile,
     profile_for,
     read_reference,
-    tokens,
 )
+from monitor.aggregate.tokens import TOKEN_CHARS, tokens
 from monitor.schema import Schema
 
 SCHEMA = Schema(features={"x": "numeric", "c": "categorical", "t": "text"}, classes=["yes", "no"])

@@ -135,6 +135,27 @@ def test_oov_of_known_words_is_ok_and_new_words_breach(make, window, text_profil
     assert f.status == "breach" and f.value == pytest.approx(0.5) and f.interval[0] > 0.4
 
 
+def test_a_reference_of_many_distinct_texts_counts_its_vocabulary_over_a_hash_sample(make, window, monkeypatch):
+    """Past VOCABULARY_TEXTS distinct texts the vocabulary is counted over a hash sample of them: the
+    same profile in any row order, the same common words, and an expected share that estimates the
+    whole reference's, so a window like the reference is judged alike."""
+    from monitor.aggregate import profile as profile_mod
+
+    schema = Schema(features={"t": "text"})
+    rng = np.random.default_rng(8)
+    frame = pd.DataFrame({"t": texts(rng, 4000) + [None] * 100})
+    whole = build_profile(frame, schema).fields["t"]
+    monkeypatch.setattr(profile_mod, "VOCABULARY_TEXTS", 256)
+    sampled = build_profile(frame, schema)
+    ref = sampled.fields["t"]
+    assert build_profile(frame.sample(frac=1, random_state=1), schema).to_json() == sampled.to_json()
+    assert whole.tokens == 4000 * 7 and whole.tokens / 32 < ref.tokens < whole.tokens / 8
+    assert set(WORDS) <= set(ref.vocabulary) and ref.counts == whole.counts and ref.missing == 100
+    assert whole.expected_oov == pytest.approx(1 / 7) and ref.expected_oov == pytest.approx(1 / 7)
+    [f] = oov_rate(window(make(2000, t=texts(rng, 2000)), schema, sampled), sampled, None, OovThreshold())
+    assert f.status == "ok" and f.baseline == pytest.approx(1 / 7)
+
+
 def test_oov_empty_single_nan_and_cut_words(make, window, text_profile):
     schema, profile = text_profile
     [empty] = oov_rate(Partial(), profile, None, OovThreshold())
@@ -144,7 +165,7 @@ def test_oov_empty_single_nan_and_cut_words(make, window, text_profile):
     [f] = oov_rate(few, profile, None, OovThreshold())
     assert f.status == "insufficient" and f.n <= 1
     # A long text's cut last word is dropped, not counted as new
-    from monitor.aggregate.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate.tokens import TOKEN_CHARS, tokens
     flat, parent = tokens(np.array(["word1 " * 100, "short words"], dtype=object))
     assert set(flat.to_pylist()) == {"word1", "short", "words"} and len(flat) == TOKEN_CHARS // 6 + 2
     assert list(parent[-2:]) == [1, 1]

@@ -430,8 +430,8 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
     """Arrow's utf8_split_whitespace reads the byte after a text that ends in whitespace; after the last
     text that is uninitialized memory. Regression: a cut text ending in a word then a space (the last of
     its fold) lost that word, or kept it, run by run (`tokens:<field>` one off between engines)."""
-    from monitor.aggregate import profile as profile_mod
-    from monitor.aggregate.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate import tokens as tokens_mod
+    from monitor.aggregate.tokens import TOKEN_CHARS, tokens
 
     cut_after_space = "a" * (TOKEN_CHARS - 6) + " Word tail"  # the first TOKEN_CHARS characters end in "word "
     texts = np.array(["keep it", "no cut, ends in a space! ", cut_after_space, "the end "], dtype=object)
@@ -446,7 +446,7 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
 
     assert as_lists(*tokens(texts)) == want
     split = pc.utf8_split_whitespace
-    monkeypatch.setattr(profile_mod.pc, "utf8_split_whitespace", lambda strings: split(_garbage_after_end(strings)))
+    monkeypatch.setattr(tokens_mod.pc, "utf8_split_whitespace", lambda strings: split(_garbage_after_end(strings)))
     for order in ([0, 1, 2, 3], [0, 3, 2, 1], [0, 3, 1, 2], [3, 2, 1, 0]):  # each text last once
         assert as_lists(*tokens(texts[order])) == [want[i] for i in order]
 
@@ -454,8 +454,8 @@ def test_tokens_do_not_read_past_the_last_text(monkeypatch):
 def test_tokens_in_steps_are_the_tokens_of_the_whole_column(monkeypatch):
     """Tokenizing a column a few texts at a time gives the tokens and parents of one pass over it, on
     random texts: Unicode, every ASCII whitespace and separator, punctuation, texts cut mid-word."""
-    from monitor.aggregate import profile as profile_mod
-    from monitor.aggregate.profile import TOKEN_CHARS, tokens
+    from monitor.aggregate import tokens as tokens_mod
+    from monitor.aggregate.tokens import TOKEN_CHARS, tokens
 
     rng = np.random.default_rng(7)
     alphabet = list("abcXYZ09 .,!?'\"-") + [chr(c) for c in range(0x09, 0x0E)] + [chr(c) for c in range(0x1C, 0x21)]
@@ -469,5 +469,35 @@ def test_tokens_in_steps_are_the_tokens_of_the_whole_column(monkeypatch):
     whole = pairs(*tokens(texts))
     assert len(whole) > 1000
     for step in (1, 7, 64):
-        monkeypatch.setattr(profile_mod, "TOKEN_STEP", step)
+        monkeypatch.setattr(tokens_mod, "TOKEN_STEP", step)
         assert pairs(*tokens(texts)) == whole
+
+
+def test_texts_read_row_by_row_fold_as_each_distinct_text_once(monkeypatch):
+    """A text column of mostly distinct texts is read row by row (no hash of every text to find the
+    distinct ones): the same partials as the distinct-text path, missing values, repeats, Unicode and
+    control characters included; a column holding a non-text value keeps the distinct-text path."""
+    from monitor.aggregate import fold_text
+
+    schema = Schema(features={"t": "text"})
+    rng = np.random.default_rng(3)
+    words = np.array(["Alpha", "beta,", "gamma!", "caf\u00e9", "tab\tsep", "x" * 300, "id"], dtype=object)
+    texts = [" ".join(rng.choice(words, int(rng.integers(0, 6)))) + f" #{i}" for i in range(3000)]
+    texts[::7] = [None] * len(texts[::7])
+    texts[1::31] = ["the same text"] * len(texts[1::31])
+    texts[5] = math.nan
+    ref = build_profile(pd.DataFrame({"t": [f"alpha beta {i % 50}" for i in range(500)]}), schema)
+    frame = pd.DataFrame({"t": np.array(texts, dtype=object),
+                          "ts": pd.Timestamp("2026-01-01", tz="UTC") + pd.to_timedelta(np.arange(3000), unit="s"),
+                          "model_version": "v1", "status": "ok"})
+
+    def payloads(f: pd.DataFrame) -> list[bytes]:
+        return [p.payload for p in fold(f, timedelta(minutes=5), [], timed=False, schema=schema, profile=ref)]
+
+    whole = payloads(frame)
+    assert fold_text.text_rows(frame["t"]) is None  # fewer than ROWS_MIN rows
+    monkeypatch.setattr(fold_text, "ROWS_MIN", 100)
+    assert fold_text.text_rows(frame["t"]) is not None
+    assert payloads(frame) == whole
+    odd = frame.assign(t=frame["t"].where(frame.index != 9, 42))
+    assert fold_text.text_rows(odd["t"]) is None
