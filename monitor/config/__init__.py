@@ -7,7 +7,9 @@ config); `load` reads and validates a file. This module hands their public names
 from monitor.config.fields import ConfigError, Duration, Secret, check_cron, expression_columns
 from monitor.config.load import DEFAULT_PATH, ENV_CONFIG, example, load, parse
 from monitor.config.model import (
+    Alertmanager,
     Alerts,
+    BasicAuth,
     Config,
     Daemon,
     Engine,
@@ -42,7 +44,7 @@ from monitor.config.service import (
 from monitor.durations import parse_duration
 
 __all__ = [
-    "DEFAULT_PATH", "ENV_CONFIG", "Alerts", "BurnRate", "Buckets", "Compare", "Config", "ConfigError",
+    "DEFAULT_PATH", "ENV_CONFIG", "Alertmanager", "Alerts", "BasicAuth", "BurnRate", "Buckets", "Compare", "Config", "ConfigError",
     "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join", "Limits",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
     "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "VerdictAlerts",
