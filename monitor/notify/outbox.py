@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from monitor.alerts.group import ALERT
 from monitor.alerts.render import render
 from monitor.config import Config, ConfigError
-from monitor.notify import alertmanager
-from monitor.notify.alertmanager import AlertmanagerSender
+from monitor.notify.alertmanager import AlertmanagerSender, enqueue_resends, payload_alerts
+from monitor.notify.alertmanager import undeliverable as alertmanager_undeliverable
 from monitor.notify.message import action_of, incident_of
 from monitor.notify.slack import SendResult, SlackSender, make_client
 from storage.database import utc
@@ -53,7 +53,7 @@ def undeliverable(config: Config) -> str:
     """Why the configured notifications cannot be delivered now: a Slack or Alertmanager secret is missing,
     unreadable or empty (named by variable or file, never by value). '' when they can, or when no notifier
     is configured."""
-    return "; ".join(why for why in (_slack_undeliverable(config), alertmanager.undeliverable(
+    return "; ".join(why for why in (_slack_undeliverable(config), alertmanager_undeliverable(
         config.alerts.alertmanager)) if why)
 
 
@@ -118,7 +118,7 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
     if slack is None and pusher is None:
         return report
     if pusher is not None:
-        alertmanager.enqueue_resends(config, store, now)
+        enqueue_resends(config, store, now)
     with store.transaction() as session:
         due = store.outbox.due(session, now, limit)
     # Alertmanager messages each carry the incident's whole state: only the newest due one is sent, and
@@ -162,7 +162,7 @@ def _slack_sender(config: Config, store: Store, client, report: DrainReport) -> 
 def _alertmanager_sender(config: Config, store: Store, report: DrainReport) -> AlertmanagerSender | None:
     if config.alerts.alertmanager is None:
         return None
-    why = alertmanager.undeliverable(config.alerts.alertmanager)
+    why = alertmanager_undeliverable(config.alerts.alertmanager)
     if why:
         _loud(store, why, report)
         return None
@@ -227,7 +227,7 @@ def _push_one(store: Store, pusher: AlertmanagerSender, item_id: int, now: datet
         item = store.outbox.get(session, item_id)
         if item is None or item.status != "pending":
             return True  # another drain got it
-        alerts = alertmanager.payload_alerts(item.payload or {}, settings, now)
+        alerts = payload_alerts(item.payload or {}, settings, now)
     result = pusher.send(alerts) if alerts else SendResult(True)
     with store.transaction() as session:
         item = store.outbox.get(session, item_id)
