@@ -24,13 +24,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/tailwatch demo
 
-# Test setup: Debian's chromium for the report's browser test and logrotate for the log-shipping test
-# (installed when absent and allowed).
+# Test setup: Debian's chromium for the report's browser test, logrotate for the log-shipping test, prometheus
+# and prometheus-alertmanager for the tests against the real binaries (installed when absent and allowed).
 # Two pytest-xdist workers; --dist loadscope keeps each module on one worker, so a module's shared
 # scenario runs are made once.
 test: $(STAMP)
 	sh tests/setup/debian.sh chromium chromium "the report's browser test"
 	sh tests/setup/debian.sh logrotate logrotate "the log-shipping test"
+	sh tests/setup/debian.sh prometheus prometheus "the Prometheus tests (tests/prometheus)"
+	sh tests/setup/debian.sh prometheus-alertmanager amtool "the Alertmanager config test (tests/prometheus)"
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 # Fuzz, fault, crash and canary tests, with a summary table (rows lost and duplicates must be 0).

@@ -37,6 +37,17 @@ STRING_OPTIONAL = (
 )
 BOOL_OPTIONAL = ("cache_hit", "cold")
 
+# Every field of a fixed name per record kind: what a source's `columns:` mapping may name.
+FIELDS: dict[RecordKind, tuple[str, ...]] = {
+    RecordKind.predictions: REQUIRED[RecordKind.predictions] + NUMERIC_OPTIONAL + STRING_OPTIONAL + BOOL_OPTIONAL,
+    RecordKind.timings: REQUIRED[RecordKind.timings] + ("start_ts",),
+    RecordKind.labels: REQUIRED[RecordKind.labels] + ("label_ts",),
+    RecordKind.reference: ("label", "prediction"),
+}
+TIMESTAMPS = ("ts", "start_ts", "label_ts")
+# Fields whose values are durations in milliseconds.
+DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
+
 
 class Reason(StrEnum):
     """Why a row was quarantined; one code per row, the first that applies in this order."""
@@ -57,15 +68,20 @@ class Reason(StrEnum):
 
 
 EXCERPT_CHARS = 200
+RAW_BYTES = 2048  # of a rejected line kept as it was written
 
 
 @dataclass(frozen=True)
 class Reject:
-    """One row that broke the contract: where it was, why, and the start of what it said."""
+    """One row that broke the contract: where it was, why, the field that broke it (its contract name;
+    for `missing_field` every required field it lacks, "ts, status"; None when the row as a whole did),
+    the start of what it said, and the bytes of its line as written."""
 
     position: str  # "<file>:<line>" for text files, "<file>:row <n>" for Parquet, "<table>:<cursor>" for SQL
     reason: Reason
     excerpt: str  # at most EXCERPT_CHARS characters
+    field: str | None = None
+    raw: bytes | None = None  # at most RAW_BYTES; None for rows that were not lines (Parquet, SQL, spans)
 
 
 def excerpt(raw: bytes | str) -> str:

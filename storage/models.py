@@ -251,6 +251,8 @@ class QuarantineRow(Base):
     reason: Mapped[str] = mapped_column(String, nullable=False)  # monitor.contract.Reason code
     excerpt: Mapped[str] = mapped_column(String, nullable=False, default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    field: Mapped[str | None] = mapped_column(String, nullable=True)  # the contract field that broke it
+    raw: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # its line as written, bounded
 
 
 class JoinPending(Base):

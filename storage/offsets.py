@@ -95,7 +95,7 @@ class Quarantine(Repository):
 
     def add(self, session: Session, rows: list[dict[str, Any]]) -> None:
         """Bulk-insert quarantined rows (keys: service, kind, source, position, reason; optional
-        tick_id, excerpt (cut to 512 chars), created_at)."""
+        tick_id, excerpt (cut to 512 chars), created_at, field, raw (bytes))."""
         if not rows:
             return
         now = self.clock()
@@ -109,6 +109,8 @@ class Quarantine(Repository):
                 "reason": str(r["reason"]),
                 "excerpt": (r.get("excerpt") or "")[:EXCERPT_MAX_CHARS],
                 "created_at": r.get("created_at") or now,
+                "field": r.get("field"),
+                "raw": r.get("raw"),
             }
             for r in rows
         ]

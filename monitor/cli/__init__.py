@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from monitor.cli.alerts import accept, alerts_list, notify_app, silence_app
+from monitor.cli.check import check_logs
 from monitor.cli.common import State, fail, load_config, open_store
 from monitor.cli.pipeline import backfill, demo, init, nightly, run, scan, tick
 from monitor.cli.reference import db_app, reference_app
@@ -29,6 +30,7 @@ def main_options(
 
 app.command()(init)
 app.command()(tick)
+app.command("check-logs")(check_logs)
 app.command()(demo)
 app.command()(run)
 app.command()(backfill)

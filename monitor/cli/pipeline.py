@@ -11,6 +11,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from monitor import config as config_mod
 from monitor.cli.common import _safe, err, fail, load_config, open_store, out, parse_now
@@ -72,6 +73,8 @@ def print_report(report, console: Console = out) -> None:
     console.print(table)
     if report.error:
         console.print(f"[red]error:[/] {report.error}")
+    for line in report.warnings:
+        console.print(Text("warning: ", style="yellow") + Text(line))
     for line in report.events + report.notes:
         console.print(f"[dim]- {line}[/]")
 

@@ -6,6 +6,7 @@ config); `load` reads and validates a file. This module hands their public names
 
 from monitor.config.fields import ConfigError, Duration, Secret, check_cron, expression_columns
 from monitor.config.load import DEFAULT_PATH, ENV_CONFIG, example, load, parse
+from monitor.config.metrics import FAMILIES, MetricsExport
 from monitor.config.model import (
     Alertmanager,
     Alerts,
@@ -36,17 +37,20 @@ from monitor.config.service import (
     QualityRule,
     Reference,
     Service,
+    Shape,
     SloRule,
     Source,
     Sources,
     SqlSource,
+    Timestamps,
 )
 from monitor.durations import parse_duration
 
 __all__ = [
-    "DEFAULT_PATH", "ENV_CONFIG", "Alertmanager", "Alerts", "BasicAuth", "BurnRate", "Buckets", "Compare", "Config", "ConfigError",
-    "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join", "Limits",
+    "DEFAULT_PATH", "ENV_CONFIG", "FAMILIES", "Alertmanager", "Alerts", "BasicAuth", "BurnRate", "Buckets", "Compare",
+    "Config", "ConfigError", "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join",
+    "Limits", "MetricsExport",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
-    "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "VerdictAlerts",
+    "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "VerdictAlerts",
     "check_cron", "example", "expression_columns", "load", "parse", "parse_duration",
 ]

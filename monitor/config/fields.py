@@ -75,10 +75,12 @@ class Secret(StrictModel):
             raise ConfigError(f"cannot read secret file {self.file}: {exc.strerror}") from None
 
     def warnings(self) -> list[str]:
-        """Complaints about how the secret is kept (a file readable by group or others)."""
+        """Complaints about how the secret is kept (a file of this user readable by group or others). A file
+        another user owns is an orchestrator's mounted secret (a Kubernetes Secret with fsGroup, a compose
+        secret), shared with this process by its group or mode on purpose and not this user's to chmod."""
         if self.file is not None and self.file.exists():
-            mode = self.file.stat().st_mode
-            if mode & (stat.S_IRGRP | stat.S_IROTH):
+            st = self.file.stat()
+            if st.st_uid == os.getuid() and st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
                 return [f"secret file {self.file} is readable by group or others; chmod 600 it"]
         return []
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url
+from monitor.config.metrics import MetricsExport
 from monitor.config.service import Service, SqlSource
 from monitor.schema import StrictModel
 from storage.url import parse_url
@@ -58,6 +59,8 @@ class Limits(StrictModel):
     # Parsed and validated, a stretch of text takes ~8-10x its size in memory; 32 MiB parses as fast as
     # 128 MiB and keeps a tick's peak flat and well under 1 GiB whatever the backlog.
     chunk_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    # A tick that quarantines more than this share of the rows it read says so (tick record, log, `tick`).
+    max_quarantine_share: float = Field(0.5, ge=0, le=1)
 
 
 # --- daemon ---
@@ -300,6 +303,7 @@ class Config(StrictModel):
     alerts: Alerts = Field(default_factory=Alerts)
     daemon: Daemon = Field(default_factory=Daemon)
     engine: Engine = Field(default_factory=Engine)
+    metrics: MetricsExport = Field(default_factory=MetricsExport)
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +319,14 @@ class Config(StrictModel):
         if dupes:
             raise ValueError(f"service names must be unique, repeated: {dupes}")
         return value
+
+    @model_validator(mode="after")
+    def _metrics_names_declared(self) -> Config:
+        fields = {f for s in self.services for f in s.schema_.features} if self.metrics.fields else set()
+        unknown = sorted(set(self.metrics.fields) - fields)
+        if unknown:
+            raise ValueError(f"metrics.fields: {unknown} are not features of any service")
+        return self
 
     def warnings(self) -> list[str]:
         secrets = [self.storage.password, self.storage.query_sql.password] + [

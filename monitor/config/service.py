@@ -21,10 +21,54 @@ from monitor.config.fields import (
     existing_file,
     expression_columns,
 )
+from monitor.contract import FIELDS, RecordKind
 from monitor.schema import Schema, StrictModel
 
 
-class FileSource(StrictModel):
+class Timestamps(StrictModel):
+    """How a source writes its times: numbers are epochs in `epoch_unit`; text is RFC 3339 / ISO 8601,
+    or follows `format` (strptime directives; without `%z` the time is in the source's `timezone`, UTC
+    when unset). Text that does not follow `format` is still read as RFC 3339."""
+
+    epoch_unit: Literal["s", "ms", "us", "ns"] = "s"
+    format: str | None = None
+
+    @field_validator("format")
+    @classmethod
+    def _directives(cls, value: str | None) -> str | None:
+        if value is not None and "%" not in value:
+            raise ValueError(f"format {value!r} has no strptime directive (e.g. '%d/%m/%Y %H:%M:%S')")
+        return value
+
+
+class Shape(StrictModel):
+    """A source's logs in their own shape: `columns` maps contract field names to the source's column
+    names (`{request_id: id, ts: timestamp}`); `timestamps` says how times are written; `durations` is the
+    unit of the duration fields (`duration_ms`, `latency_ms`, `ttft_ms`) as written."""
+
+    columns: dict[str, str] = Field(default_factory=dict)
+    timestamps: Timestamps = Field(default_factory=Timestamps)
+    durations: Literal["ms", "s", "us"] = "ms"
+
+    @field_validator("columns")
+    @classmethod
+    def _one_field_per_column(cls, value: dict[str, str]) -> dict[str, str]:
+        columns = list(value.values())
+        repeated = sorted({c for c in columns if columns.count(c) > 1})
+        if repeated:
+            raise ValueError(f"columns: {repeated} mapped to more than one contract field")
+        return value
+
+    def check_fields(self, kind: RecordKind) -> None:
+        """ValueError naming any key of `columns` that is not a contract field of `kind`, with the valid ones."""
+        unknown = [name for name in self.columns if name not in FIELDS[kind]]
+        if unknown:
+            raise ValueError(f"columns: {', '.join(map(repr, unknown))} "
+                             f"{'is not a contract field' if len(unknown) == 1 else 'are not contract fields'} "
+                             f"of {kind.value} (valid: {', '.join(FIELDS[kind])})")
+
+
+class FileSource(Shape):
     """A directory of growing JSONL / CSV / Parquet files (gzip for JSONL and CSV)."""
 
     kind: Literal["files"] = "files"
@@ -47,7 +91,7 @@ class FileSource(StrictModel):
         return existing_dir(value, info)
 
 
-class SqlSource(StrictModel):
+class SqlSource(Shape):
     """A SQL table read incrementally on a monotonic column (an id or an insertion time)."""
 
     kind: Literal["sql"]
@@ -76,6 +120,17 @@ class Sources(StrictModel):
     predictions: Source
     timings: Source | None = None
     labels: Source | None = None
+
+    @model_validator(mode="after")
+    def _mapped_fields(self) -> Sources:
+        for kind in (RecordKind.predictions, RecordKind.timings, RecordKind.labels):
+            source = getattr(self, kind.value)
+            if source is not None:
+                try:
+                    source.check_fields(kind)
+                except ValueError as exc:
+                    raise ValueError(f"{kind.value}.{exc}") from None
+        return self
 
 
 class Reference(StrictModel):

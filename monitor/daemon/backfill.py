@@ -48,6 +48,7 @@ from monitor.config import Config, FileSource, Service
 from monitor.daemon import jobs
 from monitor.durations import duration_text
 from monitor.ingest.otlp import parse_otlp
+from monitor.ingest.shape import column_of, to_contract
 from monitor.ingest.sources.batch import LINE, file_format
 from monitor.ingest.sources.chunks import BOM
 from monitor.ingest.sources.csvlines import parse_csv
@@ -229,12 +230,14 @@ def _plan(config: Config, staging: Path, store: Store) -> list[StagedFile]:
             reader = DirectorySource(f"{service.name}/{kind}", source, config.limits)
             files[kind] = (reader.name, [(path, file_format(path, source.format)) for path in reader.files()])
         # Predictions first: timings and labels without a time of their own take their prediction's.
-        read = {path: _event_rows(path, fmt, "predictions", config) for path, fmt in files["predictions"][1]}
+        read = {path: _event_rows(path, fmt, "predictions", config, service.sources.predictions)
+                for path, fmt in files["predictions"][1]}
         prediction_ts = _first_time_by_request([rows for rows, _ in read.values()])
         for kind in kinds:
             name, paths = files[kind]
             for path, fmt in paths:
-                rows, ends = read.pop(path) if kind == "predictions" else _event_rows(path, fmt, kind, config)
+                rows, ends = (read.pop(path) if kind == "predictions"
+                              else _event_rows(path, fmt, kind, config, getattr(service.sources, kind)))
                 if kind != "predictions" and len(rows):
                     rows["time"] = rows["time"].fillna(rows["request_id"].map(prediction_ts))
                 times, ends = _visibility(path, rows, ends)
@@ -308,16 +311,18 @@ def _visibility(path: Path, rows: pd.DataFrame, ends: np.ndarray | None) -> tupl
     return filled.cummax().to_numpy("datetime64[ns]"), ends
 
 
-def _event_rows(path: Path, fmt: str, kind: str, config: Config) -> tuple[pd.DataFrame, np.ndarray | None]:
+def _event_rows(path: Path, fmt: str, kind: str, config: Config,
+                source: FileSource) -> tuple[pd.DataFrame, np.ndarray | None]:
     """Each row's `line` (0-based, in the file), `request_id` (text) and event `time` (UTC, NaT when it has
-    none), parsed as the tick parses the file; and the byte end of each whole line, None for a file that
-    cannot be cut by line (Parquet, gzip, OTLP)."""
+    none), parsed and put in the contract's shape as the tick does; and the byte end of each whole line, None
+    for a file that cannot be cut by line (Parquet, gzip, OTLP)."""
     field = TIME_FIELD[kind]
+    wanted = {column_of(source, "request_id"), column_of(source, field)}
     cuttable = fmt in ("jsonl", "csv") and path.suffix != ".gz"
     if fmt == "parquet":
         try:
             names = set(pq.read_schema(path).names)
-            frame = pq.read_table(path, columns=[c for c in ("request_id", field) if c in names]).to_pandas()
+            frame = to_contract(pq.read_table(path, columns=[c for c in wanted if c in names]).to_pandas(), source)
         except (pa.ArrowInvalid, OSError):  # unreadable: the tick quarantines it, from the first step
             frame = pd.DataFrame()
         frame[LINE] = np.arange(1, len(frame) + 1)
@@ -340,6 +345,7 @@ def _event_rows(path: Path, fmt: str, kind: str, config: Config) -> tuple[pd.Dat
         frame[LINE] = np.arange(1, len(frame) + 1)
     else:
         frame = pd.DataFrame({LINE: []})
+    frame = to_contract(frame, source)
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1 if cuttable else None
     if ends is not None and bom:
         ends = ends + len(BOM)

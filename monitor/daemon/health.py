@@ -17,6 +17,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.registry import Collector
 
 from storage.database import StoreError
 from storage.store import Store
@@ -27,10 +28,13 @@ TICK_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class Metrics:
-    """The daemon's Prometheus metrics, on a registry of their own (one per daemon, so tests can run several)."""
+    """The daemon's Prometheus metrics, on a registry of their own (one per daemon, so tests can run several),
+    and `model`'s series of the monitored model when given (monitor.daemon.model_metrics)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: Collector | None = None) -> None:
         self.registry = r = CollectorRegistry()
+        if model is not None:
+            r.register(model)
         self.ticks = Counter("tailwatch_ticks", "Service ticks run, by outcome.", ["service", "status"], registry=r)
         self.tick_seconds = Histogram("tailwatch_tick_duration_seconds", "Wall time of one service tick.",
                                       ["service"], buckets=TICK_SECONDS_BUCKETS, registry=r)

@@ -138,8 +138,10 @@ def _observe(report: TickReport, store: Store, now: datetime, metrics: Metrics |
     extra = {"service": report.service, "status": report.status, "seconds": report.seconds,
              "rows_read": sum(report.read.values()), "quarantined": sum(report.quarantined.values()),
              "folded": report.folded, "findings": report.findings}
+    for said in report.warnings:
+        log.warning(said, extra={"service": report.service, "quarantined_by_field": dict(report.quarantined_fields)})
     if report.status == "ok":
-        log.info("tick done", extra=extra)
+        log.info("tick done", extra={**extra, "warnings": report.warnings})
     else:
         log.error("tick failed", extra={**extra, "error": report.error})
         record_event(store, now, "tick", "error", f"service {report.service}: {report.error}", metrics, instance)

@@ -27,13 +27,14 @@ from monitor.aggregate.partial import merge_bytes
 from monitor.aggregate.profile import Profile, stored_profile
 from monitor.config import Config, Service
 from monitor.contract import RecordKind, Reject
+from monitor.ingest.accept import check_batch
 from monitor.ingest.frame import ARRIVED, Joined, combined_hashes, from_blobs, join, to_blob
 from monitor.ingest.labels import label_batch, orphan_reject, scored_rows
+from monitor.ingest.quarantine import warning
 from monitor.ingest.sources import open_source
-from monitor.ingest.sources.batch import FILE, LINE, Batch
+from monitor.ingest.sources.batch import FILE, Batch
 from monitor.ingest.sources.files import DirectorySource
 from monitor.ingest.sources.sql import SqlTableSource
-from monitor.ingest.validate import validate
 from monitor.memory import release_memory
 from monitor.verdicts.quality import score_service, windows_holding
 from monitor.verdicts.windows import Anchors, score, store_scored, windows_for
@@ -51,6 +52,7 @@ class TickReport:
     read: Counter = field(default_factory=Counter)  # per record kind
     accepted: Counter = field(default_factory=Counter)  # per record kind
     quarantined: Counter = field(default_factory=Counter)  # per reason code
+    quarantined_fields: Counter = field(default_factory=Counter)  # per "reason:kind:field", rows naming a field
     joined: int = 0  # predictions folded with at least one stage timing
     unmatched: int = 0  # predictions folded without timings (lateness passed)
     orphan_timings: int = 0
@@ -74,6 +76,7 @@ class TickReport:
     quality_breaches: list[str] = field(default_factory=list)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. most rows quarantined
 
     def as_dict(self) -> dict:
         # Not dataclasses.asdict: it rebuilds a Counter from (key, value) pairs and so counts the pairs.
@@ -110,6 +113,9 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
         if service.quality is not None:
             labelled_at = _ingest_labels(config, service, store, now, tick_id, report)
             _score_quality(config, service, store, now, tick_id, report, labelled_at)
+        said = warning(sum(report.read.values()), report.quarantined, report.quarantined_fields,
+                       config.limits.max_quarantine_share)
+        report.warnings += [said] if said else []
     except Exception as exc:  # a tick never crashes the daemon; its row says what went wrong
         report.status, report.error = "error", f"{type(exc).__name__}: {exc}"
     report.seconds = round(time.perf_counter() - started, 3)
@@ -307,8 +313,7 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
         if step.tb is not None:
             store.offsets.save(session, time_source.name, step.tb.offsets)
 
-    for r in step.rejects:
-        report.quarantined[r[2].reason.value] += 1
+    _count_rejects(report, step.rejects)
     report.orphan_timings += len(joined.orphans)
     report.duplicates += joined.duplicates
     report.duplicate_timings += joined.duplicate_timings
@@ -361,8 +366,7 @@ def _ingest_labels(config: Config, service: Service, store: Store, now: datetime
             store.quarantine.add(session, _quarantine_rows(rejects, tick_id, name, now))
             fresh, changed, repeated = store.labels.upsert(session, name, labels.rows, now)
             store.offsets.save(session, source.name, batch.offsets)
-        for r in rejects:
-            report.quarantined[r[2].reason.value] += 1
+        _count_rejects(report, rejects)
         report.labels_new += len(fresh)
         report.labels_changed += len(changed)
         report.labels_repeated += repeated
@@ -403,9 +407,17 @@ def _minutes(span: timedelta) -> int:
     return int(span.total_seconds() // 60)
 
 
+def _count_rejects(report: TickReport, rejects: list) -> None:
+    for kind, _, r in rejects:
+        report.quarantined[r.reason.value] += 1
+        for name in r.field.split(", ") if r.field else ():
+            report.quarantined_fields[f"{r.reason.value}:{kind.value}:{name}"] += 1
+
+
 def _quarantine_rows(rejects: list, tick_id: int, service: str, now: datetime) -> list[dict]:
     return [{"tick_id": tick_id, "service": service, "kind": kind.value, "source": source, "position": r.position,
-             "reason": r.reason.value, "excerpt": r.excerpt, "created_at": now} for kind, source, r in rejects]
+             "reason": r.reason.value, "excerpt": r.excerpt, "field": r.field, "raw": r.raw, "created_at": now}
+            for kind, source, r in rejects]
 
 
 def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Config, now: datetime,
@@ -415,21 +427,7 @@ def _accept(batch: Batch | None, kind: RecordKind, service: Service, config: Con
         return pd.DataFrame()
     report.read[kind.value] += batch.rows_read
     report.events += [f"{batch.file}: {e}" for e in batch.events]
-    rejects += [(kind, batch.source, r) for r in batch.rejects]
-    zone = getattr(service.sources, kind.value).timezone
-    accepted, bad = validate(kind, batch.frame, batch.file, service.schema_, config.limits, now, zone)
-    if batch.table is not None:
-        # Rows parsed into Arrow are checked there; `frame` then holds the few rows whose types differ.
-        main, main_bad = validate(kind, batch.table, batch.file, service.schema_, config.limits, now, zone)
-        if len(main) and len(accepted):
-            # The few odd rows take the main rows' Arrow text dtype: an object column would make every row one.
-            arrow = {c: main[c].dtype for c in accepted.columns
-                     if c in main and isinstance(main[c].dtype, pd.ArrowDtype) and accepted[c].dtype == object}
-            accepted = pd.concat([main, accepted.astype(arrow) if arrow else accepted], ignore_index=True)
-            accepted = accepted.sort_values(LINE, kind="stable", ignore_index=True)
-        elif not len(accepted):
-            accepted = main
-        bad = sorted(main_bad + bad, key=_line_of) if bad else main_bad
+    accepted, bad = check_batch(batch, kind, service.schema_, config.limits, now, getattr(service.sources, kind.value))
     rejects += [(kind, batch.source, r) for r in bad]
     report.accepted[kind.value] += len(accepted)
     accepted[ARRIVED] = pd.Timestamp(now)
@@ -467,11 +465,6 @@ def first_sightings(rows: pd.DataFrame) -> dict[str, dict[str, datetime]]:
                 out[kind] = {str(values[i]): pd.Timestamp(int(first[i]), unit=ts.dtype.unit, tz="UTC").to_pydatetime()
                              for i in seen.tolist()}
     return out
-
-
-def _line_of(reject: Reject) -> int:
-    tail = reject.position.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
 
 
 def _concat(a: pd.DataFrame, b: pd.DataFrame | None) -> pd.DataFrame:

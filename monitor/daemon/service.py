@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from monitor.config import Config
 from monitor.daemon import jobs, leader, scheduler
 from monitor.daemon.health import Health, Metrics, serve
+from monitor.daemon.model_metrics import ModelMetrics
 from monitor.notify import undeliverable
 from storage.lock import for_store
 from storage.store import Store
@@ -60,7 +61,7 @@ class Daemon:
     def __init__(self, config: Config, store: Store, *, instance: str = jobs.INSTANCE) -> None:
         self.config, self.store, self.instance = config, store, instance
         d = config.daemon
-        self.metrics = Metrics()
+        self.metrics = Metrics(ModelMetrics(config, store))
         self.health = Health(store, d.heartbeat_max_age.total_seconds(), self.metrics,
                              notifications=lambda: undeliverable(config))
         self.lock = for_store(store, d.lock_key)

@@ -111,7 +111,7 @@ def label_batch(accepted: pd.DataFrame, service: Service) -> LabelBatch:
         if label is None or (classes and label not in classes):
             reason = Reason.missing_field if label is None else Reason.unknown_label
             rejects.append(Reject(f"{accepted['_source'].iat[i]}:{accepted[LINE].iat[i]}", reason,
-                                  excerpt(f'{{"request_id": "{rid}", "label": "{label}"}}')))
+                                  excerpt(f'{{"request_id": "{rid}", "label": "{label}"}}'), "label"))
             continue
         ts = accepted["label_ts"].iat[i] if has_ts else None
         rows.append({"request_id": str(rid), "label": label,

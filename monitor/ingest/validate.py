@@ -5,7 +5,6 @@ Vectorized over the whole batch; only rejected rows are touched one by one (for 
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 
@@ -18,6 +17,7 @@ from monitor.classes import class_names
 from monitor.config import Limits
 from monitor.contract import (
     BOOL_OPTIONAL,
+    DURATIONS,
     NUMERIC_OPTIONAL,
     REQUIRED,
     STATUSES,
@@ -25,14 +25,12 @@ from monitor.contract import (
     Reason,
     RecordKind,
     Reject,
-    excerpt,
 )
 from monitor.ingest.frame import is_text
-from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE
+from monitor.ingest.quarantine import quoted, row_excerpt, table_excerpt
+from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE, RawLines
 from monitor.schema import Schema
 
-# Fields whose values are durations: NaN, infinite or negative is `bad_duration`, not a missing value.
-DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
 # RFC 3339 text that pyarrow's cast parses exactly as pandas does; any other text goes through pandas.
@@ -63,26 +61,27 @@ def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
 
 
 def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema: Schema, limits: Limits,
-             now: datetime, timezone: str | None = None) -> tuple[pd.DataFrame, list[Reject]]:
+             now: datetime, timezone: str | None = None,
+             lines: RawLines | None = None) -> tuple[pd.DataFrame, list[Reject]]:
     """Split parsed rows into accepted (typed, contract columns only, plus LINE and FILE) and rejected rows.
 
     `frame` may be an Arrow table: its columns are then checked in Arrow and only accepted contract
     columns become pandas (same result as for the DataFrame, without a Python object per cell).
     `timezone`: the zone of timestamps written without an offset (None: they are `wrong_type`).
-    Positions name `file`, or each row's FILE when the rows come from several files.
+    Positions name `file`, or each row's FILE when the rows come from several files. A reject quotes its
+    line from `lines` when they hold it, else the parsed row.
     """
     if isinstance(frame, pa.Table):
-        return _validate_table(kind, frame, file, schema, limits, now, timezone)
+        return _validate_table(kind, frame, file, schema, limits, now, timezone, lines)
     n = len(frame)
     marks = _Marks(n)
     mark, reason, flagged = marks.mark, marks.reason, marks.flagged
 
     if OVERSIZE in frame:
         mark(frame[OVERSIZE].to_numpy(dtype=bool, na_value=False), Reason.oversize_field)
-    for name in REQUIRED[kind]:
-        # A null duration cannot be told from NaN once parsed: both are `bad_duration`, checked below.
-        if name not in frame or name not in DURATIONS:
-            mark(frame[name].isna().to_numpy() if name in frame else np.ones(n, bool), Reason.missing_field)
+    # A null duration cannot be told from NaN once parsed: both are `bad_duration`, checked below.
+    marks.missing({name: frame[name].isna().to_numpy() if name in frame else np.ones(n, bool)
+                   for name in REQUIRED[kind] if name not in frame or name not in DURATIONS})
 
     out: dict[str, pd.Series] = {}
     for name, typ in field_kinds(kind, schema).items():
@@ -90,15 +89,15 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
             continue
         values, bad = (_class_names(frame[name], schema) if typ == "class"
                        else _convert(frame[name], typ, timezone))
-        mark(bad, Reason.wrong_type)
+        mark(bad, Reason.wrong_type, name)
         out[name] = values
 
     _check_values(out, kind, limits, now, mark)
 
     rejected = np.flatnonzero(flagged)
     files = frame[FILE].to_numpy(dtype=object) if FILE in frame else None
-    rejects = [Reject(f"{file if files is None else files[i]}:{frame[LINE].iat[i]}", reason(i), _row_excerpt(frame, i))
-               for i in rejected]
+    rejects = [quoted(Reject(f"{file if files is None else files[i]}:{frame[LINE].iat[i]}", reason(i), "",
+                             marks.field(i)), lines, lambda i=i: row_excerpt(frame, i)) for i in rejected]
     keep = ~flagged
     accepted = pd.DataFrame({name: s[keep] for name, s in out.items()}, copy=False)
     accepted[LINE] = frame[LINE].to_numpy()[keep]
@@ -108,7 +107,7 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
 
 
 def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema, limits: Limits,
-                    now: datetime, timezone: str | None) -> tuple[pd.DataFrame, list[Reject]]:
+                    now: datetime, timezone: str | None, lines: RawLines | None) -> tuple[pd.DataFrame, list[Reject]]:
     """`validate` for an Arrow table: the same checks in the same order, strings left in Arrow."""
     n = table.num_rows
     names = set(table.column_names)
@@ -117,10 +116,8 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
 
     if OVERSIZE in names:
         mark(_bools(table[OVERSIZE]), Reason.oversize_field)
-    for name in REQUIRED[kind]:
-        if name not in names or name not in DURATIONS:
-            mark(_bools(table[name].is_null(nan_is_null=True)) if name in names else np.ones(n, bool),
-                 Reason.missing_field)
+    marks.missing({name: _bools(table[name].is_null(nan_is_null=True)) if name in names else np.ones(n, bool)
+                   for name in REQUIRED[kind] if name not in names or name not in DURATIONS})
 
     out: dict[str, pd.Series | pa.ChunkedArray] = {}
     for name, typ in field_kinds(kind, schema).items():
@@ -128,16 +125,16 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
             continue
         values, bad = (_class_names(table[name], schema) if typ == "class"
                        else _convert_arrow(table[name], typ, timezone))
-        mark(bad, Reason.wrong_type)
+        mark(bad, Reason.wrong_type, name)
         out[name] = values
 
     _check_values(out, kind, limits, now, mark)
 
-    lines = table[LINE].to_numpy()
+    numbers = table[LINE].to_numpy()
     rejected = np.flatnonzero(flagged)
     files = table[FILE].to_numpy() if FILE in names else None
-    rejects = [Reject(f"{file if files is None else files[i]}:{lines[i]}", reason(i), _table_excerpt(table, int(i)))
-               for i in rejected]
+    rejects = [quoted(Reject(f"{file if files is None else files[i]}:{numbers[i]}", reason(i), "", marks.field(i)),
+                      lines, lambda i=i: table_excerpt(table, int(i))) for i in rejected]
     keep = ~flagged
     some = len(rejected) > 0
     mask = pa.array(keep) if some else None
@@ -157,7 +154,7 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     # nothing downstream needs; pipeline frames are never written in place).
     accepted = (pd.DataFrame(columns, copy=False) if columns
                 else pd.DataFrame(index=pd.RangeIndex(int(keep.sum()))))
-    accepted[LINE] = lines[keep] if some else lines
+    accepted[LINE] = numbers[keep] if some else numbers
     if files is not None:
         accepted[FILE] = files[keep] if some else files
     return accepted, rejects
@@ -167,21 +164,41 @@ _REASONS = list(Reason)
 
 
 class _Marks:
-    """One reason code per row: the first check that flags a row names it."""
+    """One reason code per row, and the field it names: the first check that flags a row names them."""
 
     def __init__(self, n: int):
         # Reasons as small integers (index in _REASONS): an object array per batch cost more than the checks.
         self.code = np.zeros(n, dtype=np.int8)
         self.flagged = np.zeros(n, dtype=bool)
+        self.fields: list[str | None] = [None]  # index 0: the row as a whole
+        self.named = np.zeros(n, dtype=np.int16)
 
-    def mark(self, mask, code: Reason) -> None:
+    def mark(self, mask, code: Reason, field: str | None = None) -> None:
         mask = np.asarray(mask, dtype=bool) & ~self.flagged
         if mask.any():
             self.code[mask] = _REASONS.index(code)
             self.flagged |= mask
+            if field is not None:
+                self.fields.append(field)
+                self.named[mask] = len(self.fields) - 1
+
+    def missing(self, absent: dict[str, np.ndarray]) -> None:
+        """`missing_field` for rows lacking required fields, naming every one a row lacks ("ts, status")."""
+        if not absent:
+            return
+        pattern = np.zeros(len(self.flagged), dtype=np.int64)
+        for bit, mask in enumerate(absent.values()):
+            pattern |= np.asarray(mask, dtype=np.int64) << bit
+        names = list(absent)
+        for code in np.unique(pattern[pattern > 0]).tolist():
+            self.mark(pattern == code, Reason.missing_field,
+                      ", ".join(name for bit, name in enumerate(names) if code >> bit & 1))
 
     def reason(self, row: int) -> Reason:
         return _REASONS[self.code[row]]
+
+    def field(self, row: int) -> str | None:
+        return self.fields[self.named[row]]
 
 
 def _class_names(values: pd.Series | pa.ChunkedArray, schema: Schema) -> tuple[pd.Series | pa.ChunkedArray,
@@ -206,24 +223,24 @@ def _check_values(out: dict, kind: RecordKind, limits: Limits, now: datetime, ma
     if kind == RecordKind.labels and "label" in out:
         label = out["label"]
         mark(_bools(label.is_null()) if isinstance(label, pa.ChunkedArray) else label.isna().to_numpy(),
-             Reason.missing_field)
+             Reason.missing_field, "label")
     for name in ("ts", "label_ts", "start_ts"):
         if name in out:
             ts = out[name]
-            mark((ts < pd.Timestamp(limits.min_ts)).to_numpy(), Reason.bad_timestamp)
-            mark((ts > pd.Timestamp(now) + limits.max_future).to_numpy(), Reason.future_timestamp)
+            mark((ts < pd.Timestamp(limits.min_ts)).to_numpy(), Reason.bad_timestamp, name)
+            mark((ts > pd.Timestamp(now) + limits.max_future).to_numpy(), Reason.future_timestamp, name)
     if "status" in out and kind == RecordKind.predictions:
         status = out["status"]
         if isinstance(status, pa.ChunkedArray):
-            mark(~_known(status, STATUSES), Reason.unknown_status)
+            mark(~_known(status, STATUSES), Reason.unknown_status, "status")
         else:
-            mark(~status.isin(STATUSES).to_numpy(), Reason.unknown_status)
+            mark(~status.isin(STATUSES).to_numpy(), Reason.unknown_status, "status")
     for name in DURATIONS:
         if name in out:
             v = out[name].to_numpy(dtype=float)
             required = name in REQUIRED[kind]
             bad = ~np.isfinite(v) if required else np.isinf(v)
-            mark(bad | (v < 0), Reason.bad_duration)
+            mark(bad | (v < 0), Reason.bad_duration, name)
 
 
 def _known(values: pa.ChunkedArray, allowed: tuple[str, ...]) -> np.ndarray:
@@ -315,15 +332,6 @@ def _rfc3339_to_utc(col: pa.ChunkedArray, timezone: str | None = None) -> tuple[
         values[rows] = converted.dt.tz_localize(None).to_numpy()
     result = pd.Series(values).dt.tz_localize("UTC")
     return result, present & np.isnat(values)
-
-
-def _table_excerpt(table: pa.Table, i: int) -> str:
-    row = {k: v for k, v in table.slice(i, 1).to_pylist()[0].items()
-           if k not in (LINE, OVERSIZE) and v is not None and not (isinstance(v, float) and v != v)}
-    try:
-        return excerpt(json.dumps(row, default=str, ensure_ascii=False))
-    except (TypeError, ValueError):
-        return excerpt(repr(row))
 
 
 def _convert(s: pd.Series, typ: str, timezone: str | None = None) -> tuple[pd.Series, np.ndarray]:
@@ -470,18 +478,3 @@ def _from_epoch(seconds: pd.Series) -> pd.Series:
     out = pd.Series(pd.to_datetime(ns, utc=True), index=seconds.index)
     out[~ok] = pd.NaT
     return out
-
-
-def _row_excerpt(frame: pd.DataFrame, i: int) -> str:
-    row = {k: v for k, v in frame.iloc[i].items() if k not in (LINE, OVERSIZE) and not _isna(v)}
-    try:
-        return excerpt(json.dumps(row, default=str, ensure_ascii=False))
-    except (TypeError, ValueError):
-        return excerpt(repr(row))
-
-
-def _isna(value) -> bool:
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False

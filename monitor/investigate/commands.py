@@ -158,7 +158,7 @@ def query_quarantine(
     service: Service = None, since: Since = None, until: Until = None,
     reason: Annotated[str | None, typer.Option(help="Only this reason code.")] = None,
     kind: Annotated[str | None, typer.Option(help="predictions, timings, labels or reference.")] = None,
-    group_by: Annotated[str | None, typer.Option(help="Comma list of reason, kind, source, tick_id.")] = None,
+    group_by: Annotated[str | None, typer.Option(help="Comma list of reason, field, kind, source, tick_id.")] = None,
     limit: Annotated[int, typer.Option(help="Rows shown without --group-by.")] = 200,
     fmt: Format = "table",
 ) -> None:

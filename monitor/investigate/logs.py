@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from monitor.config import FileSource, Limits, Service
 from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
+from monitor.ingest.shape import to_contract
 from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import FILE, LINE
 from monitor.ingest.validate import validate
@@ -59,6 +60,7 @@ def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limit
         for raw in (batch.table, batch.frame):
             if raw is None or not len(raw):
                 continue
+            raw = to_contract(raw, source_cfg)  # the source's own column names and units, as the tick reads them
             if isinstance(raw, pd.DataFrame):
                 # The rows whose types differ from their neighbours': checked as they are, in pandas (Arrow
                 # cannot hold a column of numbers and text), then filtered as typed rows.

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from monitor.config import parse_duration
 from monitor.investigate.query import jsonable
@@ -137,7 +138,8 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
         out.add_column(str(name), justify="right" if numeric else "left", overflow="fold")
     for row in frame[names].itertuples(index=False):
-        out.add_row(*(cell(v) for v in row))
+        # Plain text: a value from the logs ("[bold]...") is shown as written, never read as markup.
+        out.add_row(*(Text(cell(v)) for v in row))
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from monitor.ingest.quarantine import printable
 from storage.store import Store
 
 FINDING_COLUMNS = ("id", "check", "status", "window_start", "window_end", "model_version", "labels", "value",
@@ -95,7 +96,7 @@ def group_findings(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 # -- ticks and quarantine -------------------------------------------------------------------------
 
 TICK_COLUMNS = ("id", "now", "started_at", "finished_at", "status", "rows_read", "accepted", "quarantined",
-                "joined", "unmatched", "duplicates", "findings", "seconds", "error")
+                "joined", "unmatched", "duplicates", "findings", "seconds", "error", "warnings")
 
 
 def ticks(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
@@ -107,21 +108,23 @@ def ticks(store: Store, service: str, *, since: datetime | None = None, until: d
             summary = t.summary if isinstance(t.summary, dict) else {}
             rows.append({"id": t.id, "now": t.now, "started_at": t.started_at, "finished_at": t.finished_at,
                          "status": t.status, **t.counts, "findings": summary.get("findings"),
-                         "seconds": summary.get("seconds"), "error": summary.get("error")})
+                         "seconds": summary.get("seconds"), "error": summary.get("error"),
+                         "warnings": summary.get("warnings") or []})
     frame = pd.DataFrame(rows[::-1], columns=list(TICK_COLUMNS))
     return _utc_columns(frame, ("now", "started_at", "finished_at"))
 
 
-QUARANTINE_COLUMNS = ("id", "tick_id", "created_at", "kind", "source", "position", "reason", "excerpt")
+QUARANTINE_COLUMNS = ("id", "tick_id", "created_at", "kind", "source", "position", "reason", "field", "excerpt",
+                      "line")
 
 
 def quarantine(store: Store, service: str, *, since: datetime | None = None, until: datetime | None = None,
                reason: str | None = None, kind: str | None = None, group_by: Sequence[str] = (),
                limit: int | None = None) -> pd.DataFrame:
-    """Quarantined rows quarantined in [since, until), oldest first; with `group_by` (reason, kind,
+    """Quarantined rows quarantined in [since, until), oldest first; with `group_by` (reason, field, kind,
     source, tick_id) the row count per group instead, largest first."""
     if group_by:
-        allowed = {"reason", "kind", "source", "tick_id"}
+        allowed = {"reason", "field", "kind", "source", "tick_id"}
         if set(group_by) - allowed:
             raise QueryError(f"quarantine group by: unknown {sorted(set(group_by) - allowed)}; "
                              f"use {sorted(allowed)}")
@@ -130,7 +133,9 @@ def quarantine(store: Store, service: str, *, since: datetime | None = None, unt
         frame = pd.DataFrame(data, columns=[*group_by, "rows", "first", "last"])
         return _utc_columns(frame, ("first", "last"))
     with store.transaction() as session:
-        rows = [{c: q[c] for c in QUARANTINE_COLUMNS}
+        # `line`: the line as written; both it and `excerpt` safe for a terminal (control bytes as escapes)
+        rows = [{c: q[c] for c in QUARANTINE_COLUMNS[:-2]}
+                | {"excerpt": printable(q["excerpt"]), "line": None if q["raw"] is None else printable(q["raw"])}
                 for q in store.quarantine.search(session, service, since, until, reason=reason, kind=kind, limit=limit)]
     return _utc_columns(pd.DataFrame(rows, columns=list(QUARANTINE_COLUMNS)), ("created_at",))
 

@@ -70,6 +70,12 @@ def test_password_from_env_and_file(tmp_path, monkeypatch):
     assert any("readable by group or others" in w for w in cfg.warnings())
     secret.chmod(0o600)
     assert cfg.warnings() == []
+    if os.getuid() == 0:  # a mounted secret another user owns (Kubernetes fsGroup, compose): not ours to chmod
+        secret.chmod(0o440)
+        os.chown(secret, 0, 10001)
+        assert cfg.warnings() and cfg.warnings()[0].endswith("chmod 600 it")
+        os.chown(secret, 10001, 10001)
+        assert cfg.warnings() == []
 
 
 def test_unset_secret_names_the_variable_only(tmp_path):

@@ -22,7 +22,7 @@ import pyarrow as pa
 from monitor.config import FileSource, Limits
 from monitor.contract import Reason, Reject, excerpt
 from monitor.ingest.otlp import parse_otlp
-from monitor.ingest.sources.batch import FILE, LINE, Batch, empty_frame, format_of
+from monitor.ingest.sources.batch import FILE, LINE, Batch, RawLines, empty_frame, format_of
 from monitor.ingest.sources.chunks import BOM, first_line_of, line_chunks
 from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.identity import (
@@ -289,8 +289,10 @@ class DirectorySource:
         moved = []
         for r in rejects:
             piece, line = locate(np.array([int(r.position.rsplit(":", 1)[1])]))
-            moved.append(Reject(f"{names[piece[0]]}:{line[0]}", r.reason, r.excerpt))
-        yield Batch(self.name, names[0] if len(names) == 1 else "", frame, moved, states[0], [], table, states[1:])
+            moved.append(replace(r, position=f"{names[piece[0]]}:{line[0]}"))
+        lines = RawLines({name: (part, base) for name, part, base in zip(names, parts, bases, strict=True)})
+        yield Batch(self.name, names[0] if len(names) == 1 else "", frame, moved, states[0], [], table, states[1:],
+                    lines)
 
     def _read_parquet(self, plan: Plan, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
         path, state, events, pf = plan.path, plan.state, list(plan.events), plan.parquet
@@ -343,7 +345,7 @@ class DirectorySource:
             if fmt == "jsonl":
                 parsed, lines = start_jsonl(buf, first_line, path.name, self.limits, pool, newlines)
                 state = replace(state, offset=offset, line=first_line + lines, size=offset)
-                ahead.append((state, parsed))
+                ahead.append((state, parsed, RawLines({path.name: (buf, first_line)})))
                 if len(ahead) < _CHUNKS_AHEAD:
                     continue
                 yield self._parsed_batch(path, *ahead.popleft(), events)
@@ -353,15 +355,17 @@ class DirectorySource:
                 else:
                     frame, rejects, lines = parse_csv(buf, header, skip_header, first_line, path.name, self.limits)
                 state = replace(state, offset=offset, line=first_line + lines, size=offset)
-                yield Batch(self.name, path.name, frame, rejects, state, events)
+                raw = None if fmt == "otlp" else RawLines({path.name: (buf, first_line)})
+                yield Batch(self.name, path.name, frame, rejects, state, events, lines=raw)
             events = []
         while ahead:
             yield self._parsed_batch(path, *ahead.popleft(), events)
             events = []
 
-    def _parsed_batch(self, path: Path, state: OffsetState, parsed: Parsed, events: list[str]) -> Batch:
+    def _parsed_batch(self, path: Path, state: OffsetState, parsed: Parsed, lines: RawLines,
+                      events: list[str]) -> Batch:
         table, frame, rejects = parsed()
-        return Batch(self.name, path.name, frame, rejects, state, events, table)
+        return Batch(self.name, path.name, frame, rejects, state, events, table, lines=lines)
 
 
 def _os_error(exc: OSError) -> str:
