@@ -51,7 +51,7 @@ def open_store(request, tmp_path):
 @pytest.fixture
 def receivers(monkeypatch) -> Iterator[list]:
     """Two HTTP receivers on 127.0.0.1 (an Alertmanager HA pair, or webhooks), reached without a proxy."""
-    from alerts_support import Receiver
+    from tests_support import Receiver
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
