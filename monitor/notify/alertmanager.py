@@ -186,7 +186,8 @@ def payload_alerts(payload: Mapping[str, Any], settings: Alertmanager, now: date
 
 def enqueue_resends(config: Config, store: Store, now: datetime) -> int:
     """Write a re-send of each open incident whose newest Alertmanager message was written a resend
-    interval ago or more and is sent (one still pending carries the news already); returns how many."""
+    interval ago or more and is sent (one still pending carries the news already), or that has none yet
+    (opened before Alertmanager was configured); returns how many."""
     settings = config.alerts.alertmanager
     if settings is None:
         return 0
@@ -194,8 +195,9 @@ def enqueue_resends(config: Config, store: Store, now: datetime) -> int:
     with store.transaction() as session:
         incidents = {i["id"]: i for i in store.incidents.load(session, status="open")}
         last = store.outbox.last_written(session, ALERT, list(incidents))
-        for incident_id, (at, pending) in sorted(last.items()):
-            if pending or now - at < settings.resend_interval:
+        for incident_id in sorted(incidents):
+            at, pending = last.get(incident_id, (None, False))
+            if pending or (at is not None and now - at < settings.resend_interval):
                 continue
             incident = incidents[incident_id]
             # The snapshot of the last notification decision: a re-send says the same, with a new end.

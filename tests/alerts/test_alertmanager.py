@@ -168,3 +168,25 @@ def test_a_slack_payload_written_by_an_older_version_is_sent_as_it_is(open_store
 def test_the_config_refuses_credentials_in_urls(tmp_path, receivers):
     with pytest.raises(Exception, match="without credentials"):
         am_config(tmp_path, receivers[:1], urls=["http://user:pw@127.0.0.1:9093"])
+
+
+def test_labels_are_strings_with_valid_names_and_values_as_they_are():
+    from monitor.notify.alertmanager import label_name, labels_of
+
+    assert [label_name(n) for n in ("severity", "bad-name", "1st", "ünï")] == ["severity", "bad_name", "_1st", "_n_"]
+    hostile = "v2 <!channel> & \"quoted\"\n"
+    alert = {"labels": {"alertname": "ModelRegression", "severity": "page", "threshold": 0.5, "empty": ""},
+             "annotations": {"verdict": "worse", "evidence": [{"check": "quality", "labels": {"class": hostile,
+                                                                                              "group": 7}}]}}
+    labels = labels_of(alert, {"service": "churn", "model_version": hostile, "verdict": "worse"})
+    assert labels == {"service": "churn", "model_version": hostile, "alertname": "ModelRegression",
+                      "severity": "page", "threshold": "0.5", "verdict": "worse", "class": hostile, "group": "7"}
+
+
+def test_an_incident_opened_before_alertmanager_was_configured_is_sent(open_store, tmp_path, receivers):
+    without = make_config(tmp_path, accepted=["v1"], alerts={"verdict": {"for": "0s"}, "group_wait": "0s"})
+    write_window(open_store(), 0, "slower")
+    assert after_tick(without, open_store(), at(1)).enqueued == 0  # tracked, nothing queued
+    config = am_config(tmp_path, receivers[:1])
+    assert drain(config, open_store(), at(1) + timedelta(minutes=2)).sent == 1
+    assert [a["labels"]["alertname"] for a in receivers[0].alerts()] == ["ModelRegression"]
