@@ -1,10 +1,10 @@
-"""The outbox sender: send due notifications in order, one incident's messages strictly one after another,
-retrying with backoff (Slack's Retry-After when it gives one); a Slack outage of hours delays messages,
-never loses or duplicates them.
+"""The outbox sender: send due notifications through their notifier (Slack, Alertmanager), one incident's
+Slack messages strictly one after another, retrying with backoff (Slack's Retry-After when it gives one); an
+outage of hours delays messages, never loses or duplicates them.
 
-Each item's outcome is committed on its own, right after its Slack call, so a crash repeats at most the
-one call in flight; a post or reply whose response was lost is looked up by its dedup key before it is
-sent again.
+Each item's outcome is committed on its own, right after its call, so a crash repeats at most the one call
+in flight; a Slack post or reply whose response was lost is looked up by its dedup key before it is sent
+again (Alertmanager deduplicates alerts by their labels itself).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=30)
 AMBIGUOUS = "ambiguous: "  # last_error prefix: the previous attempt may have reached Slack
+SLACK_KINDS = ("post", "update", "reply", None)  # None: an item written before kinds were stored
 
 
 @dataclass
@@ -183,8 +184,6 @@ def _earlier_unsent(store: Store, incident_id: int, item_id: int) -> bool:
     with store.transaction() as session:
         return store.outbox.earlier_unsent(session, incident_id, item_id, SLACK_KINDS)
 
-
-SLACK_KINDS = ("post", "update", "reply", None)
 
 
 def _send_one(store: Store, sender: SlackSender, item_id: int, now: datetime, config: Config,
