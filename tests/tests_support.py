@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections import deque
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 START = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
@@ -55,3 +58,43 @@ def v2_bytes(partial) -> bytes:
     header = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
     header += b" " * (-len(header) % 8)
     return BINARY_V2 + struct.pack("<I", len(header)) + header + np.array(ints, dtype="<i8").tobytes()
+
+
+class Receiver:
+    """An HTTP server on 127.0.0.1 that records each POST (path, headers, JSON body) and answers 200, or
+    the statuses queued in `fail` ('down' answers 503 to everything until `down` is cleared)."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict] = []
+        self.fail: deque[int] = deque()
+        self.down = False
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status = 503 if receiver.down else (receiver.fail.popleft() if receiver.fail else 200)
+                if status == 200:
+                    receiver.posts.append({"path": self.path, "headers": dict(self.headers),
+                                           "body": json.loads(body or b"null")})
+                data = (f"status {status}; you sent {self.headers.get('Authorization', '')}").encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def alerts(self) -> list[dict]:
+        """Every alert received on /api/v2/alerts, in order."""
+        return [a for p in self.posts if p["path"] == "/api/v2/alerts" for a in p["body"]]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

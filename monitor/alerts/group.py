@@ -11,12 +11,14 @@ from datetime import datetime
 from typing import Any
 
 from monitor.alerts.alert import DRIFT, REGRESSION, SEVERITY_RANK, Alert
-from monitor.alerts.render import render, route
+from monitor.alerts.render import route
 from monitor.config import Alerts
 from storage.alerts import Incident, Incidents
 from storage.database import utc
 from storage.jsontext import dumps
 from storage.store import Store
+
+ALERT = "alert"  # the outbox kind of an Alertmanager message
 
 
 def group_labels(labels: Mapping[str, str], group_by: Sequence[str]) -> dict[str, str]:
@@ -148,19 +150,27 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
         store.verdicts.attach(session, incident.id, incident.service, incident.model_version,
                               incident.first_window_start or incident.opened_at, now,
                               ("slower", "worse", "both", "drift"))
-    if settings.slack is None:
+    if settings.slack is None and settings.alertmanager is None:
         # No notifier configured: the incident is tracked (`tailwatch alerts` shows it), but nothing is
         # queued that no sender would ever drain.
         return 0
+    # The message, not its rendering: each notifier renders it when it sends.
+    message = {"incident": incident_view(incident), "action": str(decision.action)}
     kinds = {Action.POST: ["post"], Action.UPDATE: ["update"], Action.REPEAT: ["reply"],
-             Action.RESOLVE: ["update", "reply"]}
+             Action.RESOLVE: ["update", "reply"]}[decision.action] if settings.slack is not None else []
     written = 0
-    for kind in kinds[decision.action]:
-        payload = render(incident_view(incident), kind, decision.action, settings.slack)
+    for kind in kinds:
         key = f"incident:{incident.id}:rev:{incident.revision}:{kind}"
-        store.outbox.add(session, dedup_key=key, created_at=now, channel=incident.channel or "", payload=payload,
+        store.outbox.add(session, dedup_key=key, created_at=now, channel=incident.channel or "", payload=message,
                          status="pending", attempts=0, next_attempt_at=decision.due or now,
                          incident_id=incident.id, kind=kind)
+        written += 1
+    if settings.alertmanager is not None:
+        # Alertmanager does its own group_wait: the alerts go at once, in their own outbox item, so its
+        # retries and Slack's never wait for each other.
+        store.outbox.add(session, dedup_key=f"incident:{incident.id}:rev:{incident.revision}:{ALERT}",
+                         created_at=now, channel="", payload=message, status="pending", attempts=0,
+                         next_attempt_at=now, incident_id=incident.id, kind=ALERT)
         written += 1
     session.flush()
     return written

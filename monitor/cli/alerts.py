@@ -78,7 +78,7 @@ def _delivery(cfg, why: str, items: list[tuple[str, str | None]]) -> str:
     """What became of an alert's notifications: its incident's outbox items (oldest first), or why none can
     be sent."""
     pending = sum(status == "pending" for status, _ in items)
-    if cfg.alerts.slack is None:
+    if cfg.alerts.slack is None and cfg.alerts.alertmanager is None:
         return "not configured"
     if why:
         return f"UNDELIVERABLE{f' ({pending} waiting)' if pending else ''}: {why}"

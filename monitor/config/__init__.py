@@ -8,7 +8,9 @@ from monitor.config.fields import ConfigError, Duration, Secret, check_cron, exp
 from monitor.config.load import DEFAULT_PATH, ENV_CONFIG, example, load, parse
 from monitor.config.metrics import FAMILIES, MetricsExport
 from monitor.config.model import (
+    Alertmanager,
     Alerts,
+    BasicAuth,
     Config,
     Daemon,
     Engine,
@@ -45,8 +47,9 @@ from monitor.config.service import (
 from monitor.durations import parse_duration
 
 __all__ = [
-    "DEFAULT_PATH", "ENV_CONFIG", "FAMILIES", "Alerts", "BurnRate", "Buckets", "Compare", "Config", "ConfigError",
-    "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join", "Limits", "MetricsExport",
+    "DEFAULT_PATH", "ENV_CONFIG", "FAMILIES", "Alertmanager", "Alerts", "BasicAuth", "BurnRate", "Buckets", "Compare",
+    "Config", "ConfigError", "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join",
+    "Limits", "MetricsExport",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
     "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "VerdictAlerts",
     "check_cron", "example", "expression_columns", "load", "parse", "parse_duration",

@@ -181,6 +181,42 @@ class Slack(StrictModel):
         return self
 
 
+class BasicAuth(StrictModel):
+    """HTTP basic auth: a user name and a password kept as a secret (env var or file)."""
+
+    username: str
+    password: Secret
+
+
+class Alertmanager(StrictModel):
+    """Alertmanager delivery: every alert is pushed to each of `urls` (an HA pair gets every alert) by
+    `POST /api/v2/alerts`, and re-sent while it fires every `resend_interval` with an end 4 intervals
+    ahead (as Prometheus does), so an Alertmanager that stops hearing of it resolves it itself."""
+
+    urls: list[str] = Field(min_length=1)
+    external_url: str | None = None  # tailwatch's address: generatorURL is {external_url}/incidents/{id}
+    runbook_url: str | None = None  # annotation runbook_url; {alertname} {service} {model_version} {incident}
+    timeout: Duration = timedelta(seconds=10)
+    resend_interval: Duration = Field(timedelta(minutes=1), gt=timedelta(0))
+    max_attempts: int = Field(50, gt=0)  # per outbox item, then it is marked failed
+    basic_auth: BasicAuth | None = None
+    bearer_token: Secret | None = None
+
+    @field_validator("urls", "external_url")
+    @classmethod
+    def _http(cls, value):
+        for url in [value] if isinstance(value, str) else value or []:
+            if not url.startswith(("http://", "https://")) or "@" in url.split("/")[2]:
+                raise ValueError(f"not an http(s) URL without credentials: {url!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> Alertmanager:
+        if self.basic_auth is not None and self.bearer_token is not None:
+            raise ValueError("give basic_auth or bearer_token, not both")
+        return self
+
+
 class VerdictAlerts(StrictModel):
     """How verdicts become alerts: ModelRegression (slower / worse / both) and InputDrift (drift). `for`
     is 0 by default: a verdict already weighs a whole window with each check's own significance test, and
@@ -243,6 +279,7 @@ class Alerts(StrictModel):
     source_error_ticks: int = Field(3, ge=1)
     inhibit: list[InhibitRule] = Field(default_factory=_default_inhibit)
     slack: Slack | None = None
+    alertmanager: Alertmanager | None = None
 
 
 # --- scale-out engine ---

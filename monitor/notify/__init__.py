@@ -1,4 +1,4 @@
-"""Notifications: the durable outbox and its Slack sender. `drain` is what the daemon calls."""
+"""Notifications: the durable outbox and its senders, Slack and Alertmanager. `drain` is what the daemon calls."""
 
 from __future__ import annotations
 

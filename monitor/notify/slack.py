@@ -1,6 +1,6 @@
 """Slack: one send of an outbox payload through slack_sdk (post, update in place, thread reply).
 
-The payloads are Block Kit messages made by `monitor.alerts.render`.
+The payloads are Block Kit messages made by `monitor.alerts.render` when the item is sent.
 """
 
 from __future__ import annotations

@@ -163,3 +163,4 @@ def make_config(tmp_path, *, slack_url: str | None = None, alerts: dict | None =
         raw["services"][0]["quality"] = quality
         raw["services"][0]["sources"]["labels"] = {"kind": "files", "path": str(labels)}
     return config_mod.parse(raw, base_dir=tmp_path)
+

@@ -46,3 +46,18 @@ def open_store(request, tmp_path):
     yield make
     for store in made:
         store.dispose()
+
+
+@pytest.fixture
+def receivers(monkeypatch) -> Iterator[list]:
+    """Two HTTP receivers on 127.0.0.1 (an Alertmanager HA pair, or webhooks), reached without a proxy."""
+    from tests_support import Receiver
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    made = [Receiver(), Receiver()]
+    yield made
+    for r in made:
+        r.close()

@@ -78,8 +78,13 @@ def incident(store) -> dict:
 
 
 def payloads(store, kind: str) -> list[dict]:
+    """The Slack messages the outbox items of `kind` render to when they are sent."""
+    from monitor.alerts.render import render
+    from monitor.notify.message import action_of, incident_of
+
     with store.transaction() as session:
-        return [o.payload for o in session.scalars(select(Outbox).where(Outbox.kind == kind).order_by(Outbox.id))]
+        stored = [o.payload for o in session.scalars(select(Outbox).where(Outbox.kind == kind).order_by(Outbox.id))]
+    return [render(incident_of(p), kind, action_of(p), None) for p in stored]
 
 
 def regression(store, version: str = "v2") -> AlertState:
