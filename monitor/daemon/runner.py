@@ -16,7 +16,7 @@ from monitor.ingest.labels import Labelled, ingest_labels
 from monitor.ingest.quarantine import warning
 from monitor.ingest.stage import Ingested, ingest
 from monitor.memory import release_memory
-from monitor.verdicts.stage import score_quality, score_windows
+from monitor.verdicts.stage import QualityScored, WindowsScored, score_quality, score_windows
 from storage.store import Store
 
 
@@ -61,9 +61,9 @@ class TickReport:
         # Not dataclasses.asdict: it rebuilds a Counter from (key, value) pairs and so counts the pairs.
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Counter) else v) for f in fields(self)}
 
-    def add(self, done) -> None:
-        """Add a stage's result (Ingested, WindowsScored, Labelled, QualityScored): counts summed, lines
-        appended, times set; its fields the report does not name are left out."""
+    def add(self, done: Stage) -> None:
+        """Add what a stage returned: counts summed, lines appended, times set; its fields the report does
+        not name are left out."""
         for f in fields(done):
             if f.name not in _REPORTED:
                 continue
@@ -78,6 +78,7 @@ class TickReport:
                 setattr(self, f.name, value)
 
 
+Stage = Ingested | WindowsScored | Labelled | QualityScored  # what the stages of a tick return
 _REPORTED = frozenset(f.name for f in fields(TickReport))
 
 
@@ -102,7 +103,7 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
         tick_id = store.ticks.start(session, service.name, now)
     # The source stages fill their counts as they commit: a failed tick still reports what it stored.
     ingested, labelled = Ingested(), Labelled()
-    done: list = [ingested]
+    done: list[Stage] = [ingested]
     try:
         # One profile for the tick: the bins partials are folded on are the bins windows are scored on.
         profile, note = stored_profile(store, service)
