@@ -21,7 +21,7 @@ reference range and categories the reference never had):
    methods train a domain classifier, which is another measurement.
    Targets: at least 10x faster (5x on `unique`), at most half the peak memory.
 2. Incremental cost: 24 ticks of rows/10 rows each (fold, then upsert into a SQLite store in its own
-   transaction, not durable, as the runner's ingest step does) against one fold + upsert of all 2.4 x rows,
+   transaction, not durable, as the ingest stage's step does) against one fold + upsert of all 2.4 x rows,
    the stored buckets checked identical. Target: <= 1.3x, on the fastest wall-clock time of each side over
    INCREMENTAL_RUNS alternating runs (other load on a shared machine only adds time); the ratio of the
    medians and the CPU-time ratio are printed beside it.
@@ -248,7 +248,7 @@ def _fold_upsert(store, frame: pd.DataFrame, sch, profile) -> None:
     from monitor.aggregate.partial import merge_bytes
 
     parts = fold(frame, BUCKET, [], timed=False, schema=sch, profile=profile)
-    with store.transaction(durable=False) as session:  # as monitor.daemon.runner's ingest step commits
+    with store.transaction(durable=False) as session:  # as monitor.ingest.stage commits a step
         store.partials.upsert(session, SERVICE, parts, merge_bytes)
 
 

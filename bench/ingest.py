@@ -179,7 +179,7 @@ def run_tick(directory: Path, work: Path) -> tuple[float, dict]:
     cfg = service_config(directory, db)
     store = Store(cfg.storage.url)
     store.upgrade()
-    score, scoring, scoring_cpu = runner._score, [0.0], [0.0]
+    score, scoring, scoring_cpu = runner.score_windows, [0.0], [0.0]
 
     def timed_score(*args, **kwargs):
         started, cpu = time.perf_counter(), time.process_time()
@@ -189,14 +189,14 @@ def run_tick(directory: Path, work: Path) -> tuple[float, dict]:
             scoring[0] += time.perf_counter() - started
             scoring_cpu[0] += time.process_time() - cpu
 
-    runner._score = timed_score
+    runner.score_windows = timed_score
     try:
         started, cpu = time.perf_counter(), time.process_time()
         [report] = runner.tick(cfg, store, NOW)
         seconds = time.perf_counter() - started - scoring[0]
         cpu_seconds = time.process_time() - cpu - scoring_cpu[0]
     finally:
-        runner._score = score
+        runner.score_windows = score
     store.dispose()
     for f in work.glob(db.name + "*"):
         f.unlink()

@@ -224,7 +224,7 @@ def scan(
 ) -> None:
     """Fold a Parquet dataset into bucket partials (locally or on Dask), store them, score their windows."""
     from monitor.daemon.engines.scan import run_scan
-    from monitor.daemon.runner import describe_labels
+    from monitor.verdicts.stage import describe_labels
 
     cfg = load_config()
     chosen = [s for s in cfg.services if service in (None, s.name)]

@@ -22,8 +22,9 @@ from monitor.config import Config
 from monitor.daemon import logs, retention
 from monitor.daemon.health import Metrics
 from monitor.daemon.nightly import run_nightly
-from monitor.daemon.runner import TickReport, load_anchors, tick
+from monitor.daemon.runner import TickReport, tick
 from monitor.notify import drain, undeliverable
+from monitor.verdicts.stage import load_anchors
 from monitor.verdicts.windows import score, store_scored, windows_for
 from storage.operations import TickRecord
 from storage.store import Store

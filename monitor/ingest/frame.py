@@ -1,6 +1,6 @@
 """Frame: join predictions with their stage timings by request_id, waiting (bounded) for late arrivals.
 
-Rows that cannot be joined yet wait in a buffer that the runner persists with the source offsets.
+Rows that cannot be joined yet wait in a buffer that the ingest stage (monitor.ingest.stage) persists with the source offsets.
 A prediction leaves the buffer when a timing of its request arrives, or unmatched when `lateness` has
 passed since it was read; a timing whose prediction never arrives within `lateness` becomes an orphan.
 """

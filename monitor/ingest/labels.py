@@ -1,14 +1,11 @@
-"""Delayed labels: what each prediction keeps until its label arrives, the label rows of a batch, and the
-groups quality is scored per (segments, input-length buckets, expressions).
-
-The tick (monitor.daemon.runner) reads the label source; this module holds the pure pieces it and the quality
-scorer share.
+"""Delayed labels: what each prediction keeps until its label arrives, the label rows of a batch, the groups
+quality is scored per (segments, input-length buckets, expressions), and the stage reading the label source.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -16,9 +13,12 @@ import pandas as pd
 
 from monitor.aggregate.profile import lengths
 from monitor.classes import class_names
-from monitor.config import Service, expression_columns
-from monitor.contract import Reason, Reject, excerpt
+from monitor.config import Config, Service, expression_columns
+from monitor.contract import Reason, RecordKind, Reject, excerpt
+from monitor.ingest.accept import Intake, Rejected, quarantine_rows
+from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import LINE
+from storage.store import Store
 
 ALL_GROUP = "all"
 LENGTH_SUFFIX = "_length"
@@ -166,3 +166,51 @@ def _eval(attrs: pd.DataFrame, expression: str) -> np.ndarray:
     except Exception:  # a type mismatch (text compared with a number): no row is in the group
         return np.zeros(len(attrs), bool)
     return np.asarray(pd.Series(result, index=frame.index).fillna(False), dtype=bool)
+
+
+@dataclass
+class Labelled(Intake):
+    """What the label stage read and stored in one tick; counts are requests."""
+
+    labels_new: int = 0  # requests labelled for the first time
+    labels_changed: int = 0  # labels that said something else than the stored one (the latest wins)
+    labels_repeated: int = 0  # labels repeating the stored one
+    labels_expired: int = 0  # labels quarantined: no prediction within quality.label_horizon
+    labelled_at: list[datetime] = field(default_factory=list)  # prediction times of the requests (re)labelled
+
+
+def ingest_labels(config: Config, service: Service, store: Store, now: datetime, tick_id: int,
+                  counts: Labelled | None = None) -> Labelled:
+    """Read new labels, store them (latest wins, changes counted), quarantine labels whose prediction did
+    not arrive within quality.label_horizon. `counts` (returned) is filled as batches commit."""
+    counts = Labelled() if counts is None else counts
+    name = service.name
+    source = open_source(f"{name}/labels", service.sources.labels, config.limits)
+    with store.transaction() as session:
+        offsets = store.offsets.load(session, source.name)
+    relabelled: list[str] = []
+    for batch in source.read(offsets):
+        rejects: list[Rejected] = []
+        accepted = counts.accept(batch, RecordKind.labels, service, config, now, rejects)
+        labels = label_batch(accepted, service)
+        rejects += [(RecordKind.labels, batch.source, r) for r in labels.rejects]
+        counts.accepted[RecordKind.labels.value] -= len(labels.rejects)
+        with store.transaction() as session:
+            store.quarantine.add(session, quarantine_rows(rejects, tick_id, name, now))
+            fresh, changed, repeated = store.labels.upsert(session, name, labels.rows, now)
+            store.offsets.save(session, source.name, batch.offsets)
+        counts.count(rejects)
+        counts.labels_new += len(fresh)
+        counts.labels_changed += len(changed)
+        counts.labels_repeated += repeated
+        relabelled += fresh + changed
+    with store.transaction() as session:
+        expired = store.labels.expire(session, name, now - service.quality.label_horizon)
+        store.quarantine.add(session, quarantine_rows(
+            [(RecordKind.labels, source.name, orphan_reject(e)) for e in expired], tick_id, name, now))
+        counts.labelled_at = store.labels.prediction_times(session, name, relabelled)
+    counts.labels_expired += len(expired)
+    counts.quarantined["orphan_label"] += len(expired)
+    if not counts.quarantined["orphan_label"]:
+        del counts.quarantined["orphan_label"]
+    return counts

@@ -83,7 +83,7 @@ def _before(start: datetime, end: datetime, kind: str, until: datetime) -> list[
 
 @dataclass(frozen=True)
 class Anchors:
-    """What holds baselines in place, loaded by the caller (monitor.daemon.runner.load_anchors): a baseline never
+    """What holds baselines in place, loaded by the caller (monitor.verdicts.stage.load_anchors): a baseline never
     contains the regression it judges. A window of version v is compared with the history before its
     anchor (anchors_of: the earliest with history before it); with none, with its trailing history
     (baseline_ranges, `lag` before it)."""

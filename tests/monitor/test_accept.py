@@ -1,5 +1,5 @@
 """Accepted versions: `tailwatch accept` stores one (SQLite and PostgreSQL), and the tick's anchors
-(monitor.daemon.runner.load_anchors) gather it with the config's accepted versions, every version's first
+(monitor.verdicts.stage.load_anchors) gather it with the config's accepted versions, every version's first
 sighting and the onsets of open incidents."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from monitor.cli import app
-from monitor.daemon.runner import load_anchors
+from monitor.verdicts.stage import load_anchors
 from storage.models import Incident
 from storage.store import Store
 

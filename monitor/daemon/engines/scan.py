@@ -9,7 +9,7 @@ from monitor.aggregate.profile import stored_profile
 from monitor.config import Config, Engine, Service
 from monitor.daemon.engines import local
 from monitor.daemon.engines.local import Scan, ScanResult, store_partials
-from monitor.daemon.runner import load_anchors
+from monitor.verdicts.stage import load_anchors
 from monitor.verdicts.windows import Scored, floor_to, score, store_scored
 from storage.store import Store
 
