@@ -32,6 +32,7 @@ from monitor.alerts.lifecycle import (
     superseded,
 )
 from monitor.config import Alerts, Service, VerdictAlerts
+from monitor.ingest.quarantine import QUARANTINED
 from monitor.verdicts.verdict import (
     CONFIRMED_QUALITY,
     SERVING_CHECKS,
@@ -299,6 +300,16 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
     tick = ticks[0] if ticks else None
     if tick is not None and tick.status == "error":
         errors.insert(0, f"tick {tick.id}: {(tick.summary or {}).get('error') or 'failed'}")
+    # Logs the contract cannot read (a renamed field, a new timestamp format) look like no traffic to every
+    # window check: said as no_data, naming the reasons and fields, while the newest tick quarantines most rows.
+    warned = [w for w in ((tick.summary or {}).get("warnings") or [] if tick is not None else [])
+              if w.startswith(QUARANTINED)]
+    samples.append(Sample({"alertname": NO_DATA, "service": name, "severity": settings.no_data.severity,
+                           "source": "quarantine"}, bool(warned), settings.no_data.for_, timedelta(0),
+                          {"summary": f"{name}'s logs are mostly quarantined: "
+                                      + (warned[0] if warned else "no longer"),
+                           "window_start": start.isoformat(), "window_end": end.isoformat(),
+                           "digest": "quarantine"}))
     unreadable = _unreadable(ticks, settings.source_error_ticks)
     if unreadable:
         errors.append(unreadable)

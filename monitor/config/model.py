@@ -246,8 +246,9 @@ class VerdictAlerts(StrictModel):
 
 
 class NoDataAlerts(StrictModel):
-    """`no_data`: no prediction logged in the last complete window, or (with `quality`) no label at all
-    for the newest quality window that ended `labels_after` ago."""
+    """`no_data`: no prediction logged in the last complete window, the newest tick quarantined more than
+    `limits.max_quarantine_share` of its rows, or (with `quality`) no label at all for the newest quality
+    window that ended `labels_after` ago."""
 
     for_: Duration = Field(timedelta(minutes=30), alias="for")
     severity: Literal["page", "warn", "info"] = "page"

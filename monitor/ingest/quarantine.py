@@ -39,6 +39,9 @@ def printable(raw: bytes | str) -> str:
     return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+QUARANTINED = "quarantined"  # the first word of a tick's quarantine warning
+
+
 def warning(read: int, by_reason: Counter, by_field: Counter, max_share: float) -> str | None:
     """The warning of a tick that quarantined more than `max_share` of the `read` rows, naming its top
     reasons and the fields they name per record kind (`by_field` counts rows by "reason:kind:field").
@@ -55,7 +58,7 @@ def warning(read: int, by_reason: Counter, by_field: Counter, max_share: float) 
                 kinds.setdefault(kind, Counter())[name] += m
         named = "; ".join(f"{kind}: " + ", ".join(f for f, _ in fields.most_common(4)) for kind, fields in kinds.items())
         top.append(f"{reason} {n:,}" + (f" ({named})" if named else ""))
-    return (f"quarantined {total:,} of {read:,} rows ({total / read:.0%}, above limits.max_quarantine_share "
+    return (f"{QUARANTINED} {total:,} of {read:,} rows ({total / read:.0%}, above limits.max_quarantine_share "
             f"{max_share:.0%}): " + ", ".join(top) + "; `tailwatch check-logs` shows what each field is read from")
 
 

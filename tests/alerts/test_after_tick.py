@@ -216,6 +216,36 @@ def test_a_file_unreadable_tick_after_tick_is_an_error_alert(open_store, tmp_pat
     assert states(store)["error/"] != "firing"
 
 
+def test_a_tick_quarantining_most_rows_is_a_no_data_alert_naming_the_fields(open_store, tmp_path):
+    """Logs the contract cannot read look like no traffic: while the newest tick quarantines more than
+    limits.max_quarantine_share of its rows, `no_data` (source quarantine) fires with the tick's warning;
+    a tick that reads its rows again clears it."""
+    from monitor.ingest.quarantine import warning
+
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", alerts={"no_data": {"for": "0s"}})
+    said = warning(100, Counter({"missing_field": 90}), Counter({"missing_field:predictions:request_id": 90}),
+                   config.limits.max_quarantine_share)
+    assert said and "request_id" in said
+    store = open_store()
+
+    def tick_at(k: int, warnings: list[str]) -> None:
+        write_window(store, k - 1, "healthy")
+        with store.transaction() as session:
+            tick = store.ticks.start(session, "churn", at(k))
+            store.ticks.finish(session, tick, "ok", {}, {"warnings": warnings})
+        after_tick(config, store, at(k))
+
+    tick_at(1, [])
+    assert states(store).get("no_data/quarantine") != "firing"
+    tick_at(2, [said])
+    assert states(store)["no_data/quarantine"] == "firing"
+    with store.transaction() as session:
+        [alert] = [r for r in session.scalars(select(AlertState)) if r.labels.get("source") == "quarantine"]
+        assert "request_id" in alert.annotations["summary"] and alert.labels["severity"] == "page"
+    tick_at(3, [])
+    assert states(store)["no_data/quarantine"] != "firing"
+
+
 def test_silence_mutes_then_expiry_notifies(open_store, tmp_path):
     from monitor.alerts.silence import parse_matcher
 
