@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -10,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor import config as config_mod
-from monitor.cli.common import err, fail, load_config, open_store, out, parse_now
+from monitor.cli.common import Format, err, fail, load_config, open_store, out, parse_now, render
 
 silence_app = typer.Typer(no_args_is_help=True, help="Silences: mute notifications of matching alerts for a while.")
 notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")
@@ -19,7 +18,7 @@ notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what th
 def alerts_list(
     show_all: Annotated[bool, typer.Option("--all", help="Also inactive and resolved alerts.")] = False,
     now: Annotated[str | None, typer.Option(help="The clock for silences (RFC 3339); default: now.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """List active (pending and firing) alerts with their verdict, since when, what mutes them, and whether
     their notifications went out."""
@@ -53,9 +52,9 @@ def alerts_list(
                 "muted": muted_by(a, firing, silences, cfg.alerts, clock),
                 "delivery": _delivery(cfg, why, outbox.get(by_group.get(groups.get(a.fingerprint)), []))}
                for a in shown]
-    if fmt == "json":
-        print(json.dumps({"alerts": records, "open_incidents": incidents, "notifications_undeliverable": why or None},
-                         indent=2, default=str))
+    if fmt != "table":
+        render(records, fmt, lambda: None, document={"alerts": records, "open_incidents": incidents,
+                                                     "notifications_undeliverable": why or None})
         return
     table = Table(title=f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))")
     for col in ("state", "alert", "labels", "since (UTC)", "muted", "notified", "summary"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from monitor import config as config_mod
-from monitor.cli.common import _safe, err, fail, load_config, open_store, out, parse_now
+from monitor.cli.common import Format, _safe, err, fail, load_config, open_store, out, parse_now, render
 from monitor.durations import duration_text
 
 
@@ -31,23 +30,26 @@ def init(
 
 def tick(
     now: Annotated[str | None, typer.Option(help="The clock for this tick (RFC 3339, UTC); default: now.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """Run one tick: ingest new rows, quarantine bad ones, join timings, store bucket counts."""
     from monitor.daemon.runner import tick as run_tick
 
-    if fmt not in ("table", "json"):
-        fail(f"--format: must be table or json, got {fmt!r}")
     cfg = load_config()
     store = open_store(cfg)
     reports = run_tick(cfg, store, parse_now(now))
-    if fmt == "json":
-        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
-    else:
-        for report in reports:
-            print_report(report)
+    render([tick_record(r) for r in reports], fmt, lambda: [print_report(report) for report in reports])
     if any(r.status != "ok" for r in reports):
         raise typer.Exit(1)
+
+
+def tick_record(report) -> dict:
+    """A tick's report as a record; its times (held as text) as times, so JSON writes them with `Z`."""
+    record = report.as_dict()
+    for key in ("now", "first_ts", "last_ts"):
+        if record.get(key):
+            record[key] = pd.Timestamp(record[key])
+    return record
 
 
 def print_report(report, console: Console = out) -> None:
@@ -166,15 +168,13 @@ def nightly(
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339, UTC); default: now.")] = None,
     date: Annotated[str | None, typer.Option(help="Score as of the end of this UTC day (YYYY-MM-DD).")] = None,
     service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """Score every matured window against its delayed labels (idempotent: a rerun rewrites the same results)."""
     from datetime import timedelta
 
     from monitor.daemon.nightly import run_nightly
 
-    if fmt not in ("table", "json"):
-        fail(f"--format: must be table or json, got {fmt!r}")
     if now is not None and date is not None:
         fail("give --now or --date, not both")
     clock = parse_now(now)
@@ -192,9 +192,10 @@ def nightly(
 
         retention.apply(cfg, store, clock)  # the same nightly run as the daemon's: compaction and expiry first
     report = run_nightly(cfg, store, clock, service)
-    if fmt == "json":
-        print(json.dumps({"now": report.now, "seconds": report.seconds, "services": [
-            {k: v for k, v in s.__dict__.items() if k != "scored"} for s in report.services]}, indent=2))
+    services = [{k: v for k, v in s.__dict__.items() if k != "scored"} for s in report.services]
+    if fmt != "table":
+        render(services, fmt, lambda: None,
+               document={"now": pd.Timestamp(report.now), "seconds": report.seconds, "services": services})
         return
     table = Table(title=f"nightly quality  {report.now}  ({report.seconds:.2f} s)")
     for col in ("service", "windows", "matured", "findings", "breaches", "pruned", "failed as miss"):

@@ -1,5 +1,5 @@
 """The investigation commands: `tailwatch query ...`, `compare`, `report`, `explain`. Thin: each parses
-its options, calls monitor.investigate.query / monitor.investigate, and prints. Registered on the app by monitor.cli."""
+its options, calls monitor.investigate.query / monitor.investigate, and prints. Registered on the app by `register`."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from monitor.cli.common import Format, fail, load_config, open_store
 from monitor.config import ConfigError
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
 from monitor.investigate.output import (
-    FORMATS,
     dumps,
     emit,
     json_records,
@@ -32,45 +32,30 @@ DEFAULT_RANGE = timedelta(hours=24)
 Service = Annotated[str | None, typer.Option("--service", "-s", help="Service name (default: the only one).")]
 Since = Annotated[str | None, typer.Option(help="Start (RFC 3339, UTC) or a duration before now (6h, 7d).")]
 Until = Annotated[str | None, typer.Option(help="End, exclusive (RFC 3339, UTC) or a duration before now.")]
-Version = Annotated[str | None, typer.Option("--version", "-v", help="Only this model version.")]
-Format = Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")]
-
-
-class _Ctx:
-    """What monitor.cli hands over: config loading, store opening and its one-line failure."""
-
-    load_config: Callable[[], Any]
-    open_store: Callable[[Any], Any]
-    fail: Callable[..., None]
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        _Ctx.fail(f"--format: one of {', '.join(FORMATS)}, got {fmt!r}")
+Version = Annotated[str | None, typer.Option("--version", help="Only this model version.")]
 
 
 def _service(cfg, name: str | None):
     if name is None:
         if len(cfg.services) == 1:
             return cfg.services[0]
-        _Ctx.fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
+        fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
     for svc in cfg.services:
         if svc.name == name:
             return svc
-    _Ctx.fail(f"--service: no service named {name!r}")
+    fail(f"--service: no service named {name!r}")
 
 
 def _setup(service: str | None, fmt: str):
-    _check_format(fmt)
-    cfg = _Ctx.load_config()
-    return cfg, _service(cfg, service), _Ctx.open_store(cfg)
+    cfg = load_config()
+    return cfg, _service(cfg, service), open_store(cfg)
 
 
 def _range(since, until, default=None):
     try:
         return time_range(since, until, default=default)
     except ValueError as exc:
-        _Ctx.fail(str(exc))
+        fail(str(exc))
 
 
 def _run(fn: Callable[[], Any]) -> Any:
@@ -78,7 +63,7 @@ def _run(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except (q.QueryError, ValueError) as exc:
-        _Ctx.fail(str(exc))
+        fail(str(exc))
 
 
 query_app = typer.Typer(no_args_is_help=True, help="Query stored results (read-only): findings, metrics, ticks, "
@@ -210,14 +195,13 @@ def query_sql(
     fmt: Format = "table",
 ) -> None:
     """Run one read-only SQL statement on the store; writes, DDL and several statements are refused."""
-    _check_format(fmt)
-    cfg = _Ctx.load_config()
-    store = _Ctx.open_store(cfg)
+    cfg = load_config()
+    store = open_store(cfg)
     access = cfg.storage.query_sql
     try:
         password = access.password.resolve() if access.password is not None else None
     except ConfigError as exc:
-        _Ctx.fail(f"storage.query_sql.password: {exc}")
+        fail(f"storage.query_sql.password: {exc}")
     emit(_run(lambda: sql.sql(store, statement, max_rows=max_rows, role=access.role, password=password,
                             timeout=access.timeout.total_seconds())), fmt, out, title=None, empty="no rows")
 
@@ -241,7 +225,7 @@ def query_logs(
         result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
                        model_version=version, status=status, features=features)
     except (LogsError, OSError) as exc:
-        _Ctx.fail(str(exc))
+        fail(str(exc))
     if fmt == "json":
         sys.stdout.write(dumps({"stage": stage, "min_ms": min_ms, "matched": result.matched,
                                 "scanned": result.scanned, "skipped": result.skipped,
@@ -322,10 +306,8 @@ def explain_cmd(
         render(result, out)
 
 
-def register(app: typer.Typer, *, load_config: Callable[[], Any], open_store: Callable[[Any], Any],
-             fail: Callable[..., None]) -> None:
+def register(app: typer.Typer) -> None:
     """Add query (a group), compare, report and explain to the `tailwatch` app."""
-    _Ctx.load_config, _Ctx.open_store, _Ctx.fail = load_config, open_store, fail
     app.add_typer(query_app, name="query")
     app.command("compare")(compare_cmd)
     app.command("report")(report_cmd)
