@@ -35,6 +35,12 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def one_of(option: str, value: str, valid: list[str]) -> None:
+    """Fail (exit 2) unless `value` is one of `valid`, listing them."""
+    if value not in valid:
+        fail(f"{option}: no {option.lstrip('-')} {value!r}; one of: {', '.join(valid) or '(none configured)'}")
+
+
 def load_config() -> config_mod.Config:
     try:
         cfg = config_mod.load(State.config_path)

@@ -7,12 +7,12 @@ import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 
-from monitor.cli.common import Format, fail, load_config, open_store
+from monitor.cli.common import Format, fail, load_config, one_of, open_store
 from monitor.config import ConfigError
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
@@ -40,10 +40,8 @@ def _service(cfg, name: str | None):
         if len(cfg.services) == 1:
             return cfg.services[0]
         fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
-    for svc in cfg.services:
-        if svc.name == name:
-            return svc
-    fail(f"--service: no service named {name!r}")
+    one_of("--service", name, [s.name for s in cfg.services])
+    return next(s for s in cfg.services if s.name == name)
 
 
 def _setup(service: str | None, fmt: str):
@@ -74,7 +72,7 @@ query_app = typer.Typer(no_args_is_help=True, help="Query stored results (read-o
 def query_findings(
     service: Service = None, since: Since = None, until: Until = None, version: Version = None,
     check: Annotated[str | None, typer.Option(help="Only this check (latency, drift, ...).")] = None,
-    status: Annotated[str | None, typer.Option(help="ok, breach or insufficient.")] = None,
+    status: Annotated[Literal["ok", "breach", "insufficient"] | None, typer.Option(help="Only findings of this status.")] = None,
     label: Annotated[list[str] | None, typer.Option(help="key=value a finding's labels must hold; repeatable.")] = None,
     segment: Annotated[str | None, typer.Option(help="'all' (all traffic), or a segment like 'Contract=Two year'.")] = None,
     window: Annotated[str | None, typer.Option(help="Only windows of this length (15m, 1h).")] = None,
@@ -82,11 +80,18 @@ def query_findings(
     fmt: Format = "table",
 ) -> None:
     """Check results per window: value, baseline, n, interval; or counts per group."""
+    from checks.catalog import names
     from monitor.config import parse_duration
+    from monitor.durations import duration_text
 
     _, svc, store = _setup(service, fmt)
     start, end = _range(since, until)
+    if check is not None and not check.startswith("slo:"):
+        one_of("--check", check, list(names()))
     length = _run(lambda: parse_duration(window)) if window else None
+    if length is not None:
+        lengths = {*svc.buckets.windows, *(svc.quality.windows if svc.quality else [])}
+        one_of("--window", duration_text(length), [duration_text(w) for w in sorted(lengths)])
     frame = _run(lambda: q.findings(store, svc.name, since=start, until=end, model_version=version, check=check,
                                     status=status, labels=_run(lambda: parse_labels(label)), segment=segment,
                                     window=length))
@@ -127,7 +132,7 @@ def query_metrics(
 @query_app.command("ticks")
 def query_ticks(
     service: Service = None, since: Since = None, until: Until = None,
-    status: Annotated[str | None, typer.Option(help="ok, error or running.")] = None,
+    status: Annotated[Literal["ok", "error", "running"] | None, typer.Option(help="Only ticks that ended so.")] = None,
     limit: Annotated[int, typer.Option(help="The newest this many.")] = 50,
     fmt: Format = "table",
 ) -> None:
@@ -175,7 +180,7 @@ def query_verdicts(
 @query_app.command("incidents")
 def query_incidents(
     service: Service = None, since: Since = None, until: Until = None, version: Version = None,
-    status: Annotated[str | None, typer.Option(help="open or resolved.")] = None,
+    status: Annotated[Literal["open", "resolved"] | None, typer.Option(help="Only incidents of this status.")] = None,
     fmt: Format = "table",
 ) -> None:
     """Incidents: verdict, status, when opened and resolved."""

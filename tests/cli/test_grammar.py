@@ -124,3 +124,17 @@ def test_json_output_writes_times_as_rfc3339_utc(workdir, monkeypatch):
         csv = _invoke(*args, "-f", "csv", cwd=workdir, monkeypatch=monkeypatch)
         assert csv.exit_code in (0, 1), (args, csv.output)
     assert found > 0
+
+
+@pytest.mark.parametrize(("args", "valid"), [
+    (["query", "findings", "--status", "breached"], ["ok", "breach", "insufficient"]),
+    (["query", "findings", "--check", "latncy"], ["latency"]),
+    (["query", "findings", "--window", "10m"], ["15m", "1h"]),
+    (["query", "findings", "--service", "frod"], ["churn"]),
+    (["query", "ticks", "--status", "failed"], ["ok", "error", "running"]),
+    (["query", "incidents", "--status", "closed"], ["open", "resolved"]),
+])
+def test_unknown_filter_values_list_the_valid_ones(workdir, monkeypatch, args, valid):
+    result = _invoke(*args, cwd=workdir, monkeypatch=monkeypatch)
+    assert result.exit_code == 2, result.output
+    assert all(name in result.output for name in valid), result.output
