@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import pandas as pd
@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
-from monitor.investigate.output import FORMATS, dumps, emit, json_cell
+from monitor.investigate.output import FORMATS, dumps, emit, json_cell, time_range
 
 Format = Annotated[Literal[FORMATS], typer.Option("--format", "-f",
                                      help="table, json or csv (csv: the rows of the json, flattened).")]
@@ -69,6 +69,16 @@ def open_store(cfg: config_mod.Config, *, check_schema: bool = True):
 
 def _safe(exc: Exception) -> str:
     return str(exc).splitlines()[0][:300] if str(exc) else ""
+
+
+def parse_range(since: str | None, until: str | None, now: datetime | None = None,
+                default: timedelta | None = None) -> tuple[datetime | None, datetime | None]:
+    """`--since` / `--until`, each RFC 3339 or a duration before `now` (6h, 7d): [since, until) in UTC,
+    or a one-line error (exit 2)."""
+    try:
+        return time_range(since, until, now, default)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def parse_now(value: str | None) -> datetime:

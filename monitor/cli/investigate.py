@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.console import Console
 
-from monitor.cli.common import Format, fail, load_config, one_of, open_store
+from monitor.cli.common import Format, fail, load_config, one_of, open_store, parse_range
 from monitor.config import ConfigError
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
@@ -23,7 +23,6 @@ from monitor.investigate.output import (
     parse_labels,
     split_list,
     table,
-    time_range,
 )
 
 out = Console()
@@ -47,13 +46,6 @@ def _service(cfg, name: str | None):
 def _setup(service: str | None, fmt: str):
     cfg = load_config()
     return cfg, _service(cfg, service), open_store(cfg)
-
-
-def _range(since, until, default=None):
-    try:
-        return time_range(since, until, default=default)
-    except ValueError as exc:
-        fail(str(exc))
 
 
 def _run(fn: Callable[[], Any]) -> Any:
@@ -85,7 +77,7 @@ def query_findings(
     from monitor.durations import duration_text
 
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     if check is not None and not check.startswith("slo:"):
         one_of("--check", check, list(names()))
     length = _run(lambda: parse_duration(window)) if window else None
@@ -115,7 +107,7 @@ def query_metrics(
     from monitor.config import parse_duration
 
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until, DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=DEFAULT_RANGE)
     step = _run(lambda: parse_duration(every)) if every else None
     groups = split_list(group_by)
     if segment == "*" and "segment" not in groups:
@@ -138,7 +130,7 @@ def query_ticks(
 ) -> None:
     """Ticks: when, how they ended, what they read."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     emit(q.ticks(store, svc.name, since=start, until=end, status=status, limit=limit), fmt, out,
          title=f"ticks of {svc.name}")
 
@@ -154,7 +146,7 @@ def query_quarantine(
 ) -> None:
     """Rows that broke the data contract, with where they came from and why."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     frame = _run(lambda: q.quarantine(store, svc.name, since=start, until=end, reason=reason, kind=kind,
                                       group_by=split_list(group_by), limit=None if group_by else limit))
     emit(frame, fmt, out, title=f"quarantine of {svc.name}")
@@ -169,7 +161,7 @@ def query_verdicts(
 ) -> None:
     """Verdicts per window and model version, with their evidence."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     frame = _run(lambda: q.verdicts(store, svc.name, since=start, until=end, model_version=version,
                                     verdict=verdict, incident_id=incident))
     emit(frame, fmt, out, title=f"verdicts of {svc.name}", json_records=q.verdict_records,
@@ -185,7 +177,7 @@ def query_incidents(
 ) -> None:
     """Incidents: verdict, status, when opened and resolved."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     frame = _run(lambda: q.incidents(store, svc.name, since=start, until=end, model_version=version,
                                      status=status))
     emit(frame, fmt, out, title=f"incidents of {svc.name}",
@@ -225,7 +217,7 @@ def query_logs(
     from monitor.investigate.logs import LogsError, drill
 
     cfg, svc, _ = _setup(service, fmt)
-    start, end = _range(since, until, DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=DEFAULT_RANGE)
     try:
         result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
                        model_version=version, status=status, features=features)
@@ -255,7 +247,7 @@ def compare_cmd(
     from monitor.investigate.compare import compare
 
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until, DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=DEFAULT_RANGE)
     profile, _ = stored_profile(store, svc) if svc.reference is not None else (None, None)
     result = _run(lambda: compare(store, svc, baseline, candidate, start, end, profile))
     if fmt == "json":
@@ -288,7 +280,7 @@ def report_cmd(
     from monitor.investigate.report import build_report
 
     cfg, svc, store = _setup(service, "table")
-    start, end = _range(since, until, None if incident is not None else DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=None if incident is not None else DEFAULT_RANGE)
     html = _run(lambda: build_report(store, svc, cfg.limits, since=start, until=end, incident_id=incident,
                                      evidently=evidently))
     output.write_text(html, encoding="utf-8")

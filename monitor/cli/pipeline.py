@@ -13,7 +13,18 @@ from rich.table import Table
 from rich.text import Text
 
 from monitor import config as config_mod
-from monitor.cli.common import Format, _safe, err, fail, load_config, open_store, out, parse_now, render
+from monitor.cli.common import (
+    Format,
+    _safe,
+    err,
+    fail,
+    load_config,
+    open_store,
+    out,
+    parse_now,
+    parse_range,
+    render,
+)
 from monitor.durations import duration_text
 
 
@@ -128,8 +139,8 @@ def run(
 
 
 def backfill(
-    since: Annotated[str, typer.Option(help="Where the replay clock starts (RFC 3339, UTC).")],
-    until: Annotated[str, typer.Option(help="Where it stops; rows after it are left for the daemon.")],
+    since: Annotated[str, typer.Option(help="Where the replay clock starts (RFC 3339, UTC, or a duration before now: 7d).")],
+    until: Annotated[str, typer.Option(help="Where it stops (RFC 3339 or a duration before now); rows after it are left for the daemon.")],
     step: Annotated[str | None, typer.Option(help="How far the clock moves per tick, e.g. 15m, 1h (default: the "
                                              "smallest configured window; daemon.interval plays no part).")] = None,
     staging: Annotated[Path | None, typer.Option(help="Directory for the replayed files (default: beside the SQLite file, or ./tailwatch-backfill).")] = None,
@@ -147,7 +158,7 @@ def backfill(
     cfg = load_config()
     store = open_store(cfg)
     logs.setup(cfg.daemon.log_format, "WARNING", logs.config_secrets(cfg) + store._secrets)
-    start, end = parse_now(since), parse_now(until)
+    start, end = parse_range(since, until)
     lock = for_store(store, cfg.daemon.lock_key)
     if not lock.acquire():
         fail("another tailwatch process (the daemon?) holds the leader lock; stop it before a backfill", code=3)
@@ -216,8 +227,8 @@ def nightly(
 
 def scan(
     dataset: Annotated[str, typer.Argument(help="Parquet dataset of joined prediction rows (path or fsspec URL).")],
-    since: Annotated[str | None, typer.Option(help="Only rows with ts at or after this (RFC 3339).")] = None,
-    until: Annotated[str | None, typer.Option(help="Only rows with ts before this (RFC 3339).")] = None,
+    since: Annotated[str | None, typer.Option(help="Only rows with ts at or after this (RFC 3339, or a duration before --now: 6h).")] = None,
+    until: Annotated[str | None, typer.Option(help="Only rows with ts before this (RFC 3339, or a duration before --now).")] = None,
     engine: Annotated[str | None, typer.Option(help="local or dask (default: the config's engine.kind).")] = None,
     scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address (default: engine.scheduler).")] = None,
     service: Annotated[str | None, typer.Option(help="The service the rows belong to (default: the only one).")] = None,
@@ -238,15 +249,11 @@ def scan(
         settings = config_mod.Engine.model_validate(settings.model_dump())
     except ValueError as exc:
         fail(f"--engine/--scheduler: {_safe(exc)}")
-    for name, value in (("since", since), ("until", until)):
-        try:
-            pd.Timestamp(value)
-        except ValueError:
-            fail(f"--{name}: not a timestamp: {value!r} (use RFC 3339, e.g. 2026-11-02T00:00:00Z)")
-    bounds = [None if v is None else parse_now(v) for v in (since, until)]
+    clock = parse_now(now)
+    bounds = parse_range(since, until, clock)
     store = open_store(cfg)
     try:
-        report = run_scan(cfg, chosen[0], store, dataset, parse_now(now), *bounds, engine=settings)
+        report = run_scan(cfg, chosen[0], store, dataset, clock, *bounds, engine=settings)
     except (OSError, ValueError) as exc:
         fail(f"cannot scan {dataset}: {type(exc).__name__}: {_safe(exc)}")
     result = report.result

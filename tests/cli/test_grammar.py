@@ -138,3 +138,14 @@ def test_unknown_filter_values_list_the_valid_ones(workdir, monkeypatch, args, v
     result = _invoke(*args, cwd=workdir, monkeypatch=monkeypatch)
     assert result.exit_code == 2, result.output
     assert all(name in result.output for name in valid), result.output
+
+
+@pytest.mark.parametrize("command", [["backfill"], ["scan", "data.parquet"], ["query", "ticks"]])
+def test_since_and_until_share_one_parser(workdir, monkeypatch, command):
+    """Every command that reads time says the same thing about a value that is neither RFC 3339 nor a
+    duration, and takes both forms."""
+    result = _invoke(*command, "--since", "yesterday-ish", "--until", "1h", cwd=workdir, monkeypatch=monkeypatch)
+    assert result.exit_code == 2, result.output
+    assert "--since: not a time or a duration: 'yesterday-ish' (e.g. 2026-11-02T12:00:00Z or 6h)" in result.output
+    reversed_ = _invoke(*command, "--since", "1h", "--until", "2h", cwd=workdir, monkeypatch=monkeypatch)
+    assert reversed_.exit_code == 2 and "is not before --until" in reversed_.output
