@@ -149,6 +149,7 @@ def accept(
 def silence_list(
     show_all: Annotated[bool, typer.Option("--all", help="Also expired silences.")] = False,
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
     """List silences in force (or all of them)."""
     cfg = load_config()
@@ -156,11 +157,16 @@ def silence_list(
     clock = parse_now(now)
     with store.transaction() as session:
         rows = store.silences.load(session, None if show_all else clock)
+    records = [{**r, "state": "active" if r["starts_at"] <= clock < r["ends_at"]
+                else ("expired" if r["ends_at"] <= clock else "pending")} for r in rows]
+    if fmt != "table":
+        render(records, fmt, lambda: None)
+        return
     table = Table(title="silences")
     for col in ("id", "matchers", "starts (UTC)", "ends (UTC)", "state", "by", "comment"):
         table.add_column(col, overflow="fold")
-    for r in rows:
-        state = "active" if r["starts_at"] <= clock < r["ends_at"] else ("expired" if r["ends_at"] <= clock else "pending")
+    for r in records:
+        state = r["state"]
         table.add_row(str(r["id"]), ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in r["matchers"]),
                       f"{r['starts_at']:%Y-%m-%d %H:%M}", f"{r['ends_at']:%Y-%m-%d %H:%M}", state, r["created_by"],
                       r["comment"])
@@ -185,6 +191,7 @@ def silence_expire(
 @notify_app.command("drain")
 def notify_drain(
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
     """Send the notifications due in the outbox (retries wait for their backoff)."""
     from monitor.notify import drain
@@ -192,9 +199,14 @@ def notify_drain(
     cfg = load_config()
     store = open_store(cfg)
     report = drain(cfg, store, parse_now(now))
-    out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
-              + (f" ({report.note})" if report.note and not report.undeliverable else ""), highlight=False)
-    for line in report.errors:
+    if fmt != "table":
+        record = {"sent": report.sent, "retried": report.retried, "failed": report.failed, "waiting": report.waiting,
+                  "note": report.note or None, "undeliverable": report.undeliverable or None, "errors": report.errors}
+        render([record], fmt, lambda: None, document=record)
+    else:
+        out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
+                  + (f" ({report.note})" if report.note and not report.undeliverable else ""), highlight=False)
+    for line in report.errors if fmt == "table" else []:
         err.print(f"[yellow]-[/] {line}", highlight=False)
     if report.undeliverable:
         fail(f"notifications undeliverable: {escape(report.undeliverable)}")

@@ -25,10 +25,14 @@ def db_upgrade() -> None:
 
 
 @db_app.command("current")
-def db_current() -> None:
+def db_current(fmt: Format = "table") -> None:
     """Show the database's schema revision and the one this tailwatch expects."""
     cfg = load_config()
     store = open_store(cfg, check_schema=False)
+    if fmt != "table":
+        record = {"database": store.current_revision(), "head": store.head_revision()}
+        render([record], fmt, lambda: None, document=record)
+        return
     out.print(f"database: {store.current_revision() or 'empty'}; this tailwatch: {store.head_revision()}")
 
 

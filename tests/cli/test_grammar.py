@@ -63,7 +63,7 @@ def test_every_format_option_is_the_shared_one():
                 seen += 1
                 assert "-f" in param.opts, path
                 assert tuple(param.type_descriptor.choices) == ("table", "csv", "json"), path
-    assert seen >= 15
+    assert seen >= 18
 
 
 def test_version():
@@ -105,6 +105,9 @@ JSON_COMMANDS = [
     ["alerts", "--all", "--now", "2026-11-02T12:00:00Z"],
     ["nightly", "--now", "2026-11-02T12:00:00Z"],
     ["check-logs", "--now", "2026-11-02T12:00:00Z"],
+    ["silence", "list", "--all", "--now", "2026-11-02T12:00:00Z"],
+    ["notify", "drain", "--now", "2026-11-02T12:00:00Z"],
+    ["db", "current"],
     ["query", "ticks", "--since", "2026-11-01T00:00:00Z", "--until", "2026-11-03T00:00:00Z"],
     ["query", "findings", "--since", "2026-11-01T00:00:00Z", "--until", "2026-11-03T00:00:00Z"],
     ["query", "quarantine", "--since", "2026-11-01T00:00:00Z", "--until", "2026-11-03T00:00:00Z"],
@@ -114,6 +117,8 @@ JSON_COMMANDS = [
 
 def test_json_output_writes_times_as_rfc3339_utc(workdir, monkeypatch):
     assert _invoke("tick", "--now", "2026-11-02T12:00:00Z", cwd=workdir, monkeypatch=monkeypatch).exit_code == 0
+    assert _invoke("silence", "create", "-m", "service=churn", "--now", "2026-11-02T12:00:00Z", cwd=workdir,
+                   monkeypatch=monkeypatch).exit_code == 0
     found = 0
     for args in JSON_COMMANDS:
         result = _invoke(*args, "-f", "json", cwd=workdir, monkeypatch=monkeypatch)
