@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -10,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor import config as config_mod
-from monitor.cli.common import err, fail, load_config, open_store, out, parse_now
+from monitor.cli.common import Format, err, fail, load_config, open_store, out, parse_now, render
 
 silence_app = typer.Typer(no_args_is_help=True, help="Silences: mute notifications of matching alerts for a while.")
 notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")
@@ -19,7 +18,7 @@ notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what th
 def alerts_list(
     show_all: Annotated[bool, typer.Option("--all", help="Also inactive and resolved alerts.")] = False,
     now: Annotated[str | None, typer.Option(help="The clock for silences (RFC 3339); default: now.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """List active (pending and firing) alerts with their verdict, since when, what mutes them, and whether
     their notifications went out."""
@@ -53,9 +52,9 @@ def alerts_list(
                 "muted": muted_by(a, firing, silences, cfg.alerts, clock),
                 "delivery": _delivery(cfg, why, outbox.get(by_group.get(groups.get(a.fingerprint)), []))}
                for a in shown]
-    if fmt == "json":
-        print(json.dumps({"alerts": records, "open_incidents": incidents, "notifications_undeliverable": why or None},
-                         indent=2, default=str))
+    if fmt != "table":
+        render(records, fmt, lambda: None, document={"alerts": records, "open_incidents": incidents,
+                                                     "notifications_undeliverable": why or None})
         return
     table = Table(title=f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))")
     for col in ("state", "alert", "labels", "since (UTC)", "muted", "notified", "summary"):
@@ -150,6 +149,7 @@ def accept(
 def silence_list(
     show_all: Annotated[bool, typer.Option("--all", help="Also expired silences.")] = False,
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
     """List silences in force (or all of them)."""
     cfg = load_config()
@@ -157,11 +157,16 @@ def silence_list(
     clock = parse_now(now)
     with store.transaction() as session:
         rows = store.silences.load(session, None if show_all else clock)
+    records = [{**r, "state": "active" if r["starts_at"] <= clock < r["ends_at"]
+                else ("expired" if r["ends_at"] <= clock else "pending")} for r in rows]
+    if fmt != "table":
+        render(records, fmt, lambda: None)
+        return
     table = Table(title="silences")
     for col in ("id", "matchers", "starts (UTC)", "ends (UTC)", "state", "by", "comment"):
         table.add_column(col, overflow="fold")
-    for r in rows:
-        state = "active" if r["starts_at"] <= clock < r["ends_at"] else ("expired" if r["ends_at"] <= clock else "pending")
+    for r in records:
+        state = r["state"]
         table.add_row(str(r["id"]), ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in r["matchers"]),
                       f"{r['starts_at']:%Y-%m-%d %H:%M}", f"{r['ends_at']:%Y-%m-%d %H:%M}", state, r["created_by"],
                       r["comment"])
@@ -186,6 +191,7 @@ def silence_expire(
 @notify_app.command("drain")
 def notify_drain(
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
     """Send the notifications due in the outbox (retries wait for their backoff)."""
     from monitor.notify import drain
@@ -193,9 +199,14 @@ def notify_drain(
     cfg = load_config()
     store = open_store(cfg)
     report = drain(cfg, store, parse_now(now))
-    out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
-              + (f" ({report.note})" if report.note and not report.undeliverable else ""), highlight=False)
-    for line in report.errors:
+    if fmt != "table":
+        record = {"sent": report.sent, "retried": report.retried, "failed": report.failed, "waiting": report.waiting,
+                  "note": report.note or None, "undeliverable": report.undeliverable or None, "errors": report.errors}
+        render([record], fmt, lambda: None, document=record)
+    else:
+        out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
+                  + (f" ({report.note})" if report.note and not report.undeliverable else ""), highlight=False)
+    for line in report.errors if fmt == "table" else []:
         err.print(f"[yellow]-[/] {line}", highlight=False)
     if report.undeliverable:
         fail(f"notifications undeliverable: {escape(report.undeliverable)}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -10,33 +9,27 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from monitor.cli.common import fail, load_config, out, parse_now
+from monitor.cli.common import Format, fail, load_config, out, parse_now, render
 
 
 def check_logs(
     service: Annotated[str | None, typer.Option("--service", "-s", help="Only this service (default: every one).")] = None,
     lines: Annotated[int, typer.Option(help="Rows read per source, at most (its oldest files first).", min=1)] = 1000,
     now: Annotated[str | None, typer.Option(help="The clock future timestamps are judged by (RFC 3339); default: now.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """Read a sample of each source as a tick would and say, per contract field, which column it is read
     from, an example and the shares missing or unreadable; per quarantine reason, the first offending field
     and line. Writes nothing; exits 1 when a source would accept no row."""
     from monitor.ingest.sample import sample_service
 
-    if fmt not in ("table", "json"):
-        fail(f"--format: must be table or json, got {fmt!r}")
     cfg = load_config()
     services = [s for s in cfg.services if service in (None, s.name)]
     if not services:
         fail(f"--service: no service {service!r} (configured: {', '.join(s.name for s in cfg.services)})")
     clock = parse_now(now)
     samples = [s for svc in services for s in sample_service(svc, cfg.limits, clock, lines)]
-    if fmt == "json":
-        print(json.dumps([s.as_dict() for s in samples], indent=2, ensure_ascii=False))
-    else:
-        for sample in samples:
-            print_sample(sample)
+    render([s.as_dict() for s in samples], fmt, lambda: [print_sample(sample) for sample in samples])
     if not any(s.read for s in samples) or any(s.read and not s.accepted for s in samples):
         raise typer.Exit(1)
 

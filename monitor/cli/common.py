@@ -1,16 +1,25 @@
 """What every command of the `tailwatch` command line shares: the consoles, the config and store it
-opens, the one-line failure, and the clock (`--now`) it parses."""
+opens, the one-line failure, the clock (`--now`) it parses, the `--format` option and the renderer of
+records in that format, and the help's metavars."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
+from monitor.investigate.output import FORMATS, dumps, emit, json_cell, time_range
+
+Format = Annotated[Literal[FORMATS], typer.Option("--format", "-f",
+                                     help="table, json or csv (csv: the rows of the json, flattened).")]
 
 out = Console()
 err = Console(stderr=True)
@@ -24,6 +33,12 @@ def fail(message: str, code: int = 2) -> None:
     """Print a one-line error (no traceback) and exit non-zero."""
     err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
     raise typer.Exit(code)
+
+
+def one_of(option: str, value: str, valid: list[str]) -> None:
+    """Fail (exit 2) unless `value` is one of `valid`, listing them."""
+    if value not in valid:
+        fail(f"{option}: no {option.lstrip('-')} {value!r}; one of: {', '.join(valid) or '(none configured)'}")
 
 
 def load_config() -> config_mod.Config:
@@ -56,6 +71,16 @@ def _safe(exc: Exception) -> str:
     return str(exc).splitlines()[0][:300] if str(exc) else ""
 
 
+def parse_range(since: str | None, until: str | None, now: datetime | None = None,
+                default: timedelta | None = None) -> tuple[datetime | None, datetime | None]:
+    """`--since` / `--until`, each RFC 3339 or a duration before `now` (6h, 7d): [since, until) in UTC,
+    or a one-line error (exit 2)."""
+    try:
+        return time_range(since, until, now, default)
+    except ValueError as exc:
+        fail(str(exc))
+
+
 def parse_now(value: str | None) -> datetime:
     if value is None:
         return datetime.now(UTC)
@@ -64,3 +89,45 @@ def parse_now(value: str | None) -> datetime:
     except ValueError:
         fail(f"--now: not a timestamp: {value!r} (use RFC 3339, e.g. 2026-11-02T12:00:00Z)")
     return (ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")).to_pydatetime()
+
+
+def render(records: list[dict[str, Any]], fmt: str, table: Callable[[], None], *, document: Any = None) -> None:
+    """Print `records` as JSON (`document` instead, when given: records with their context), as CSV (one
+    line per record, nested values as JSON), or as a table by calling `table`. Times in JSON and CSV are
+    RFC 3339 UTC with `Z`."""
+    if fmt == "json":
+        sys.stdout.write(dumps(json_cell(records if document is None else document), indent=2,
+                               ensure_ascii=False) + "\n")
+    elif fmt == "csv":
+        emit(pd.DataFrame.from_records([json_cell(r) for r in records]), "csv", out)
+    else:
+        table()
+
+
+# Metavars the help shows, by option name; any other option shows its name in capitals, a flag none.
+METAVARS = {"now": "TIME", "since": "TIME", "until": "TIME", "service": "NAME", "version": "VERSION",
+            "step": "DURATION", "duration": "DURATION", "window": "DURATION", "every": "DURATION",
+            "matcher": "MATCHER", "label": "KEY=VALUE", "created_by": "NAME", "accepted_by": "NAME"}
+
+
+class Grammar(TyperGroup):
+    """The root group: before any command runs or prints its help, every option of every command gets a
+    metavar a person reads (TIME, NAME, table|json|csv), never a Python type."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        _metavars(self, self.context_class(self, info_name=info_name, parent=parent))
+        return super().make_context(info_name, args, parent, **extra)
+
+
+def _metavars(command, ctx) -> None:
+    help_option = command.get_help_option(ctx)
+    for param in [*command.params, *([help_option] if help_option else [])]:
+        descriptor = getattr(param, "type_descriptor", None)
+        if param.metavar is not None or (descriptor is not None and descriptor.is_choice):
+            continue  # a choice shows its values (table|csv|json)
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+        else:
+            param.metavar = METAVARS.get(param.name or "", (param.name or "value").upper())
+    for sub in getattr(command, "commands", {}).values():
+        _metavars(sub, ctx)

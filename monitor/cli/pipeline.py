@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +13,18 @@ from rich.table import Table
 from rich.text import Text
 
 from monitor import config as config_mod
-from monitor.cli.common import _safe, err, fail, load_config, open_store, out, parse_now
+from monitor.cli.common import (
+    Format,
+    _safe,
+    err,
+    fail,
+    load_config,
+    open_store,
+    out,
+    parse_now,
+    parse_range,
+    render,
+)
 from monitor.durations import duration_text
 
 
@@ -31,23 +41,26 @@ def init(
 
 def tick(
     now: Annotated[str | None, typer.Option(help="The clock for this tick (RFC 3339, UTC); default: now.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """Run one tick: ingest new rows, quarantine bad ones, join timings, store bucket counts."""
     from monitor.daemon.runner import tick as run_tick
 
-    if fmt not in ("table", "json"):
-        fail(f"--format: must be table or json, got {fmt!r}")
     cfg = load_config()
     store = open_store(cfg)
     reports = run_tick(cfg, store, parse_now(now))
-    if fmt == "json":
-        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
-    else:
-        for report in reports:
-            print_report(report)
+    render([tick_record(r) for r in reports], fmt, lambda: [print_report(report) for report in reports])
     if any(r.status != "ok" for r in reports):
         raise typer.Exit(1)
+
+
+def tick_record(report) -> dict:
+    """A tick's report as a record; its times (held as text) as times, so JSON writes them with `Z`."""
+    record = report.as_dict()
+    for key in ("now", "first_ts", "last_ts"):
+        if record.get(key):
+            record[key] = pd.Timestamp(record[key])
+    return record
 
 
 def print_report(report, console: Console = out) -> None:
@@ -126,8 +139,8 @@ def run(
 
 
 def backfill(
-    since: Annotated[str, typer.Option(help="Where the replay clock starts (RFC 3339, UTC).")],
-    until: Annotated[str, typer.Option(help="Where it stops; rows after it are left for the daemon.")],
+    since: Annotated[str, typer.Option(help="Where the replay clock starts (RFC 3339, UTC, or a duration before now: 7d).")],
+    until: Annotated[str, typer.Option(help="Where it stops (RFC 3339 or a duration before now); rows after it are left for the daemon.")],
     step: Annotated[str | None, typer.Option(help="How far the clock moves per tick, e.g. 15m, 1h (default: the "
                                              "smallest configured window; daemon.interval plays no part).")] = None,
     staging: Annotated[Path | None, typer.Option(help="Directory for the replayed files (default: beside the SQLite file, or ./tailwatch-backfill).")] = None,
@@ -145,7 +158,7 @@ def backfill(
     cfg = load_config()
     store = open_store(cfg)
     logs.setup(cfg.daemon.log_format, "WARNING", logs.config_secrets(cfg) + store._secrets)
-    start, end = parse_now(since), parse_now(until)
+    start, end = parse_range(since, until)
     lock = for_store(store, cfg.daemon.lock_key)
     if not lock.acquire():
         fail("another tailwatch process (the daemon?) holds the leader lock; stop it before a backfill", code=3)
@@ -166,15 +179,13 @@ def nightly(
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339, UTC); default: now.")] = None,
     date: Annotated[str | None, typer.Option(help="Score as of the end of this UTC day (YYYY-MM-DD).")] = None,
     service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """Score every matured window against its delayed labels (idempotent: a rerun rewrites the same results)."""
     from datetime import timedelta
 
     from monitor.daemon.nightly import run_nightly
 
-    if fmt not in ("table", "json"):
-        fail(f"--format: must be table or json, got {fmt!r}")
     if now is not None and date is not None:
         fail("give --now or --date, not both")
     clock = parse_now(now)
@@ -192,9 +203,10 @@ def nightly(
 
         retention.apply(cfg, store, clock)  # the same nightly run as the daemon's: compaction and expiry first
     report = run_nightly(cfg, store, clock, service)
-    if fmt == "json":
-        print(json.dumps({"now": report.now, "seconds": report.seconds, "services": [
-            {k: v for k, v in s.__dict__.items() if k != "scored"} for s in report.services]}, indent=2))
+    services = [{k: v for k, v in s.__dict__.items() if k != "scored"} for s in report.services]
+    if fmt != "table":
+        render(services, fmt, lambda: None,
+               document={"now": pd.Timestamp(report.now), "seconds": report.seconds, "services": services})
         return
     table = Table(title=f"nightly quality  {report.now}  ({report.seconds:.2f} s)")
     for col in ("service", "windows", "matured", "findings", "breaches", "pruned", "failed as miss"):
@@ -215,8 +227,8 @@ def nightly(
 
 def scan(
     dataset: Annotated[str, typer.Argument(help="Parquet dataset of joined prediction rows (path or fsspec URL).")],
-    since: Annotated[str | None, typer.Option(help="Only rows with ts at or after this (RFC 3339).")] = None,
-    until: Annotated[str | None, typer.Option(help="Only rows with ts before this (RFC 3339).")] = None,
+    since: Annotated[str | None, typer.Option(help="Only rows with ts at or after this (RFC 3339, or a duration before --now: 6h).")] = None,
+    until: Annotated[str | None, typer.Option(help="Only rows with ts before this (RFC 3339, or a duration before --now).")] = None,
     engine: Annotated[str | None, typer.Option(help="local or dask (default: the config's engine.kind).")] = None,
     scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address (default: engine.scheduler).")] = None,
     service: Annotated[str | None, typer.Option(help="The service the rows belong to (default: the only one).")] = None,
@@ -237,15 +249,11 @@ def scan(
         settings = config_mod.Engine.model_validate(settings.model_dump())
     except ValueError as exc:
         fail(f"--engine/--scheduler: {_safe(exc)}")
-    for name, value in (("since", since), ("until", until)):
-        try:
-            pd.Timestamp(value)
-        except ValueError:
-            fail(f"--{name}: not a timestamp: {value!r} (use RFC 3339, e.g. 2026-11-02T00:00:00Z)")
-    bounds = [None if v is None else parse_now(v) for v in (since, until)]
+    clock = parse_now(now)
+    bounds = parse_range(since, until, clock)
     store = open_store(cfg)
     try:
-        report = run_scan(cfg, chosen[0], store, dataset, parse_now(now), *bounds, engine=settings)
+        report = run_scan(cfg, chosen[0], store, dataset, clock, *bounds, engine=settings)
     except (OSError, ValueError) as exc:
         fail(f"cannot scan {dataset}: {type(exc).__name__}: {_safe(exc)}")
     result = report.result

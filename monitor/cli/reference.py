@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from monitor.cli.common import err, fail, load_config, open_store, out
+from monitor.cli.common import Format, err, fail, load_config, open_store, out, render
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade, current.")
 reference_app = typer.Typer(no_args_is_help=True, help="The reference profile windows are compared with.")
@@ -26,17 +25,21 @@ def db_upgrade() -> None:
 
 
 @db_app.command("current")
-def db_current() -> None:
+def db_current(fmt: Format = "table") -> None:
     """Show the database's schema revision and the one this tailwatch expects."""
     cfg = load_config()
     store = open_store(cfg, check_schema=False)
+    if fmt != "table":
+        record = {"database": store.current_revision(), "head": store.head_revision()}
+        render([record], fmt, lambda: None, document=record)
+        return
     out.print(f"database: {store.current_revision() or 'empty'}; this tailwatch: {store.head_revision()}")
 
 
 @reference_app.command("build")
 def reference_build(
     service: Annotated[str | None, typer.Option(help="Only this service (default: every one with a reference).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Format = "table",
 ) -> None:
     """Profile each service's reference dataset, store the profile, and say what in it to fix."""
     from rich.markup import escape
@@ -44,8 +47,6 @@ def reference_build(
     from checks.judge import judge
     from monitor.aggregate.profile import store_profile
 
-    if fmt not in ("table", "json"):
-        fail(f"--format: must be table or json, got {fmt!r}")
     cfg = load_config()
     store = open_store(cfg)
     chosen = [s for s in cfg.services if service in (None, s.name)]
@@ -75,8 +76,8 @@ def reference_build(
         for c in found:
             concerns.add_row(escape(svc.name), escape(c.field or "(reference)"), c.kind, escape(c.detail),
                              escape(c.fix))
-    if fmt == "json":
-        print(json.dumps(built, indent=2))
+    if fmt != "table":
+        render(built, fmt, lambda: None)
         return
     out.print(table)
     if concerns.row_count:

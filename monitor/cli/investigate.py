@@ -1,5 +1,5 @@
 """The investigation commands: `tailwatch query ...`, `compare`, `report`, `explain`. Thin: each parses
-its options, calls monitor.investigate.query / monitor.investigate, and prints. Registered on the app by monitor.cli."""
+its options, calls monitor.investigate.query / monitor.investigate, and prints. Registered on the app by `register`."""
 
 from __future__ import annotations
 
@@ -7,23 +7,22 @@ import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 
+from monitor.cli.common import Format, fail, load_config, one_of, open_store, parse_range
 from monitor.config import ConfigError
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
 from monitor.investigate.output import (
-    FORMATS,
     dumps,
     emit,
     json_records,
     parse_labels,
     split_list,
     table,
-    time_range,
 )
 
 out = Console()
@@ -32,45 +31,21 @@ DEFAULT_RANGE = timedelta(hours=24)
 Service = Annotated[str | None, typer.Option("--service", "-s", help="Service name (default: the only one).")]
 Since = Annotated[str | None, typer.Option(help="Start (RFC 3339, UTC) or a duration before now (6h, 7d).")]
 Until = Annotated[str | None, typer.Option(help="End, exclusive (RFC 3339, UTC) or a duration before now.")]
-Version = Annotated[str | None, typer.Option("--version", "-v", help="Only this model version.")]
-Format = Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")]
-
-
-class _Ctx:
-    """What monitor.cli hands over: config loading, store opening and its one-line failure."""
-
-    load_config: Callable[[], Any]
-    open_store: Callable[[Any], Any]
-    fail: Callable[..., None]
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        _Ctx.fail(f"--format: one of {', '.join(FORMATS)}, got {fmt!r}")
+Version = Annotated[str | None, typer.Option("--version", help="Only this model version.")]
 
 
 def _service(cfg, name: str | None):
     if name is None:
         if len(cfg.services) == 1:
             return cfg.services[0]
-        _Ctx.fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
-    for svc in cfg.services:
-        if svc.name == name:
-            return svc
-    _Ctx.fail(f"--service: no service named {name!r}")
+        fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
+    one_of("--service", name, [s.name for s in cfg.services])
+    return next(s for s in cfg.services if s.name == name)
 
 
 def _setup(service: str | None, fmt: str):
-    _check_format(fmt)
-    cfg = _Ctx.load_config()
-    return cfg, _service(cfg, service), _Ctx.open_store(cfg)
-
-
-def _range(since, until, default=None):
-    try:
-        return time_range(since, until, default=default)
-    except ValueError as exc:
-        _Ctx.fail(str(exc))
+    cfg = load_config()
+    return cfg, _service(cfg, service), open_store(cfg)
 
 
 def _run(fn: Callable[[], Any]) -> Any:
@@ -78,7 +53,7 @@ def _run(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except (q.QueryError, ValueError) as exc:
-        _Ctx.fail(str(exc))
+        fail(str(exc))
 
 
 query_app = typer.Typer(no_args_is_help=True, help="Query stored results (read-only): findings, metrics, ticks, "
@@ -89,7 +64,7 @@ query_app = typer.Typer(no_args_is_help=True, help="Query stored results (read-o
 def query_findings(
     service: Service = None, since: Since = None, until: Until = None, version: Version = None,
     check: Annotated[str | None, typer.Option(help="Only this check (latency, drift, ...).")] = None,
-    status: Annotated[str | None, typer.Option(help="ok, breach or insufficient.")] = None,
+    status: Annotated[Literal["ok", "breach", "insufficient"] | None, typer.Option(help="Only findings of this status.")] = None,
     label: Annotated[list[str] | None, typer.Option(help="key=value a finding's labels must hold; repeatable.")] = None,
     segment: Annotated[str | None, typer.Option(help="'all' (all traffic), or a segment like 'Contract=Two year'.")] = None,
     window: Annotated[str | None, typer.Option(help="Only windows of this length (15m, 1h).")] = None,
@@ -97,11 +72,18 @@ def query_findings(
     fmt: Format = "table",
 ) -> None:
     """Check results per window: value, baseline, n, interval; or counts per group."""
+    from checks.catalog import names
     from monitor.config import parse_duration
+    from monitor.durations import duration_text
 
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
+    if check is not None and not check.startswith("slo:"):
+        one_of("--check", check, list(names()))
     length = _run(lambda: parse_duration(window)) if window else None
+    if length is not None:
+        lengths = {*svc.buckets.windows, *(svc.quality.windows if svc.quality else [])}
+        one_of("--window", duration_text(length), [duration_text(w) for w in sorted(lengths)])
     frame = _run(lambda: q.findings(store, svc.name, since=start, until=end, model_version=version, check=check,
                                     status=status, labels=_run(lambda: parse_labels(label)), segment=segment,
                                     window=length))
@@ -125,7 +107,7 @@ def query_metrics(
     from monitor.config import parse_duration
 
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until, DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=DEFAULT_RANGE)
     step = _run(lambda: parse_duration(every)) if every else None
     groups = split_list(group_by)
     if segment == "*" and "segment" not in groups:
@@ -142,13 +124,13 @@ def query_metrics(
 @query_app.command("ticks")
 def query_ticks(
     service: Service = None, since: Since = None, until: Until = None,
-    status: Annotated[str | None, typer.Option(help="ok, error or running.")] = None,
+    status: Annotated[Literal["ok", "error", "running"] | None, typer.Option(help="Only ticks that ended so.")] = None,
     limit: Annotated[int, typer.Option(help="The newest this many.")] = 50,
     fmt: Format = "table",
 ) -> None:
     """Ticks: when, how they ended, what they read."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     emit(q.ticks(store, svc.name, since=start, until=end, status=status, limit=limit), fmt, out,
          title=f"ticks of {svc.name}")
 
@@ -164,7 +146,7 @@ def query_quarantine(
 ) -> None:
     """Rows that broke the data contract, with where they came from and why."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     frame = _run(lambda: q.quarantine(store, svc.name, since=start, until=end, reason=reason, kind=kind,
                                       group_by=split_list(group_by), limit=None if group_by else limit))
     emit(frame, fmt, out, title=f"quarantine of {svc.name}")
@@ -179,7 +161,7 @@ def query_verdicts(
 ) -> None:
     """Verdicts per window and model version, with their evidence."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     frame = _run(lambda: q.verdicts(store, svc.name, since=start, until=end, model_version=version,
                                     verdict=verdict, incident_id=incident))
     emit(frame, fmt, out, title=f"verdicts of {svc.name}", json_records=q.verdict_records,
@@ -190,12 +172,12 @@ def query_verdicts(
 @query_app.command("incidents")
 def query_incidents(
     service: Service = None, since: Since = None, until: Until = None, version: Version = None,
-    status: Annotated[str | None, typer.Option(help="open or resolved.")] = None,
+    status: Annotated[Literal["open", "resolved"] | None, typer.Option(help="Only incidents of this status.")] = None,
     fmt: Format = "table",
 ) -> None:
     """Incidents: verdict, status, when opened and resolved."""
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until)
+    start, end = parse_range(since, until)
     frame = _run(lambda: q.incidents(store, svc.name, since=start, until=end, model_version=version,
                                      status=status))
     emit(frame, fmt, out, title=f"incidents of {svc.name}",
@@ -210,14 +192,13 @@ def query_sql(
     fmt: Format = "table",
 ) -> None:
     """Run one read-only SQL statement on the store; writes, DDL and several statements are refused."""
-    _check_format(fmt)
-    cfg = _Ctx.load_config()
-    store = _Ctx.open_store(cfg)
+    cfg = load_config()
+    store = open_store(cfg)
     access = cfg.storage.query_sql
     try:
         password = access.password.resolve() if access.password is not None else None
     except ConfigError as exc:
-        _Ctx.fail(f"storage.query_sql.password: {exc}")
+        fail(f"storage.query_sql.password: {exc}")
     emit(_run(lambda: sql.sql(store, statement, max_rows=max_rows, role=access.role, password=password,
                             timeout=access.timeout.total_seconds())), fmt, out, title=None, empty="no rows")
 
@@ -236,12 +217,12 @@ def query_logs(
     from monitor.investigate.logs import LogsError, drill
 
     cfg, svc, _ = _setup(service, fmt)
-    start, end = _range(since, until, DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=DEFAULT_RANGE)
     try:
         result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
                        model_version=version, status=status, features=features)
     except (LogsError, OSError) as exc:
-        _Ctx.fail(str(exc))
+        fail(str(exc))
     if fmt == "json":
         sys.stdout.write(dumps({"stage": stage, "min_ms": min_ms, "matched": result.matched,
                                 "scanned": result.scanned, "skipped": result.skipped,
@@ -266,7 +247,7 @@ def compare_cmd(
     from monitor.investigate.compare import compare
 
     _, svc, store = _setup(service, fmt)
-    start, end = _range(since, until, DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=DEFAULT_RANGE)
     profile, _ = stored_profile(store, svc) if svc.reference is not None else (None, None)
     result = _run(lambda: compare(store, svc, baseline, candidate, start, end, profile))
     if fmt == "json":
@@ -299,7 +280,7 @@ def report_cmd(
     from monitor.investigate.report import build_report
 
     cfg, svc, store = _setup(service, "table")
-    start, end = _range(since, until, None if incident is not None else DEFAULT_RANGE)
+    start, end = parse_range(since, until, default=None if incident is not None else DEFAULT_RANGE)
     html = _run(lambda: build_report(store, svc, cfg.limits, since=start, until=end, incident_id=incident,
                                      evidently=evidently))
     output.write_text(html, encoding="utf-8")
@@ -322,10 +303,8 @@ def explain_cmd(
         render(result, out)
 
 
-def register(app: typer.Typer, *, load_config: Callable[[], Any], open_store: Callable[[Any], Any],
-             fail: Callable[..., None]) -> None:
+def register(app: typer.Typer) -> None:
     """Add query (a group), compare, report and explain to the `tailwatch` app."""
-    _Ctx.load_config, _Ctx.open_store, _Ctx.fail = load_config, open_store, fail
     app.add_typer(query_app, name="query")
     app.command("compare")(compare_cmd)
     app.command("report")(report_cmd)
