@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from storage.database import Repository, as_dict, between
+from storage.database import Repository, as_dict, between, given
 from storage.models import AlertCursor, AlertState, Incident, Silence
 
 
@@ -20,8 +20,7 @@ class Alerts(Repository):
         """The stored alerts (of `service`, `alertnames` and `states` when given), by service and alert name
         when `by_name`; mapped rows, updated in the session's unit of work."""
         query = select(AlertState)
-        if service is not None:
-            query = query.where(AlertState.service == service)
+        query = query.where(*given((AlertState.service, service)))
         if alertnames is not None:
             query = query.where(AlertState.alertname.in_(alertnames))
         if states is not None:
@@ -81,22 +80,16 @@ class Incidents(Repository):
                ) -> list[dict[str, Any]]:
         """Incidents of `service` opened in [since, until), oldest first, as dicts of every column."""
         query = select(Incident).where(Incident.service == service, *between(Incident.opened_at, since, until))
-        if model_version is not None:
-            query = query.where(Incident.model_version == model_version)
-        if status is not None:
-            query = query.where(Incident.status == status)
-        if incident_id is not None:
-            query = query.where(Incident.id == incident_id)
+        query = query.where(*given((Incident.model_version, model_version),
+                                   (Incident.status, status),
+                                   (Incident.id, incident_id)))
         return [as_dict(i) for i in session.scalars(query.order_by(Incident.opened_at, Incident.id))]
 
     def load(self, session: Session, service: str | None = None, status: str | None = None,
              limit: int | None = None) -> list[dict[str, Any]]:
         """Incidents, newest first, as dicts of every column."""
         query = select(Incident)
-        if service is not None:
-            query = query.where(Incident.service == service)
-        if status is not None:
-            query = query.where(Incident.status == status)
+        query = query.where(*given((Incident.service, service), (Incident.status, status)))
         query = query.order_by(Incident.id.desc())
         if limit is not None:
             query = query.limit(limit)

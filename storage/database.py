@@ -61,6 +61,11 @@ def utc(value: datetime) -> datetime:
     )
 
 
+def given(*pairs: tuple[Any, Any]) -> list[Any]:
+    """Filters `column == value` for each (column, value) pair whose value is not None (an unset filter)."""
+    return [column == value for column, value in pairs if value is not None]
+
+
 def between(column: Any, since: datetime | None, until: datetime | None) -> list[Any]:
     """Filters for `column` in [since, until); an open end when None."""
     out = []

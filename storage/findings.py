@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from storage.database import Repository, as_dict, between, utc
+from storage.database import Repository, as_dict, between, given, utc
 from storage.jsontext import dumps, labels_key
 from storage.models import FindingRow, Tick, VerdictRow, finite_or_none
 
@@ -98,12 +98,9 @@ class Findings(Repository):
             query = query.where(FindingRow.window_start >= since)
         if until is not None:
             query = query.where(FindingRow.window_start < until)
-        if check is not None:
-            query = query.where(FindingRow.check == check)
-        if model_version is not None:
-            query = query.where(FindingRow.model_version == model_version)
-        if status is not None:
-            query = query.where(FindingRow.status == status)
+        query = query.where(*given((FindingRow.check, check),
+                                   (FindingRow.model_version, model_version),
+                                   (FindingRow.status, status)))
         for key, value in (labels or {}).items():
             query = query.where(FindingRow.labels_key.contains(dumps({key: value})[1:-1], autoescape=True))
         query = query.order_by(
@@ -160,16 +157,13 @@ class Verdicts(Repository):
     ) -> list[dict[str, Any]]:
         """Verdicts with window_end in (since, until], oldest first, as dicts of every column."""
         query = select(VerdictRow)
-        if service is not None:
-            query = query.where(VerdictRow.service == service)
+        query = query.where(*given((VerdictRow.service, service)))
         if since is not None:
             query = query.where(VerdictRow.window_end > since)
         if until is not None:
             query = query.where(VerdictRow.window_end <= until)
-        if model_version is not None:
-            query = query.where(VerdictRow.model_version == model_version)
-        if incident_id is not None:
-            query = query.where(VerdictRow.incident_id == incident_id)
+        query = query.where(*given((VerdictRow.model_version, model_version),
+                                   (VerdictRow.incident_id, incident_id)))
         query = query.order_by(VerdictRow.window_end, VerdictRow.window_start, VerdictRow.model_version)
         cols = [c.key for c in VerdictRow.__table__.columns]
         return [{c: getattr(v, c) for c in cols} for v in session.scalars(query)]
@@ -179,12 +173,9 @@ class Verdicts(Repository):
                ) -> list[dict[str, Any]]:
         """Verdicts of `service` with window_start in [since, until), oldest first, as dicts of every column."""
         query = select(VerdictRow).where(VerdictRow.service == service, *between(VerdictRow.window_start, since, until))
-        if model_version is not None:
-            query = query.where(VerdictRow.model_version == model_version)
-        if verdict is not None:
-            query = query.where(VerdictRow.verdict == verdict)
-        if incident_id is not None:
-            query = query.where(VerdictRow.incident_id == incident_id)
+        query = query.where(*given((VerdictRow.model_version, model_version),
+                                   (VerdictRow.verdict, verdict),
+                                   (VerdictRow.incident_id, incident_id)))
         query = query.order_by(VerdictRow.window_start, VerdictRow.window_end, VerdictRow.model_version, VerdictRow.id)
         return [as_dict(v) for v in session.scalars(query)]
 

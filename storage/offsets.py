@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from storage.database import Repository, as_dict, between
+from storage.database import Repository, as_dict, between, given
 from storage.models import EXCERPT_MAX_CHARS, JoinPending, QuarantineRow, SourceOffset, UTCDateTime
 
 _OFFSET_COLUMNS = ("source", "file_key", "path", "offset", "line", "cursor", "fingerprint", "size")
@@ -119,8 +119,7 @@ class Quarantine(Repository):
     def counts(self, session: Session, service: str, tick_id: int | None = None) -> dict[str, int]:
         """Quarantined rows by reason code, for one tick or (tick_id None) all time."""
         query = select(QuarantineRow.reason, func.count()).where(QuarantineRow.service == service)
-        if tick_id is not None:
-            query = query.where(QuarantineRow.tick_id == tick_id)
+        query = query.where(*given((QuarantineRow.tick_id, tick_id)))
         return {reason: int(n) for reason, n in session.execute(query.group_by(QuarantineRow.reason))}
 
     def search(self, session: Session, service: str, since: datetime | None = None, until: datetime | None = None,

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from storage.database import Repository, between
+from storage.database import Repository, between, given
 from storage.models import BackfillProgress, DaemonHeartbeat, JobEvent, Outbox, QuarantineRow, Tick
 
 TICK_STATUSES = ("running", "ok", "error")
@@ -69,16 +69,14 @@ class Ticks(Repository):
     def running(self, session: Session, service: str | None = None) -> list[TickRecord]:
         """Ticks still marked running, oldest first: with the leader lock held, ticks a killed process left."""
         query = select(Tick).where(Tick.status == "running")
-        if service is not None:
-            query = query.where(Tick.service == service)
+        query = query.where(*given((Tick.service, service)))
         return [_record(t) for t in session.scalars(query.order_by(Tick.id))]
 
     def search(self, session: Session, service: str, since: datetime | None = None, until: datetime | None = None,
                status: str | None = None, limit: int | None = None) -> list[TickRecord]:
         """Ticks of `service` whose clock (`now`) is in [since, until), newest first (the newest `limit`)."""
         query = select(Tick).where(Tick.service == service, *between(Tick.now, since, until))
-        if status is not None:
-            query = query.where(Tick.status == status)
+        query = query.where(*given((Tick.status, status)))
         query = query.order_by(Tick.id.desc())
         if limit is not None:
             query = query.limit(limit)

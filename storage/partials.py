@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from storage.database import Repository, utc
+from storage.database import Repository, given, utc
 from storage.models import BucketPartial, ReferenceProfile
 from storage.rows import PartialRow
 
@@ -105,12 +105,9 @@ class Partials(Repository):
             BucketPartial.bucket_start >= since,
             BucketPartial.bucket_start < until,
         )
-        if model_version is not None:
-            query = query.where(BucketPartial.model_version == model_version)
-        if bucket_seconds is not None:
-            query = query.where(BucketPartial.bucket_seconds == bucket_seconds)
-        if segment is not None:
-            query = query.where(BucketPartial.segment == segment)
+        query = query.where(*given((BucketPartial.model_version, model_version),
+                                   (BucketPartial.bucket_seconds, bucket_seconds),
+                                   (BucketPartial.segment, segment)))
         if except_segment is not None:
             query = query.where(BucketPartial.segment != except_segment)
         query = query.order_by(
