@@ -51,13 +51,29 @@ def load_config() -> config_mod.Config:
     return cfg
 
 
+def load_storage() -> config_mod.Storage:
+    """The config's `storage` section alone (what the schema commands need), or a one-line error."""
+    try:
+        storage = config_mod.load_storage(State.config_path)
+    except ConfigError as exc:
+        fail(str(exc))
+    for secret in (storage.password, storage.query_sql.password):
+        for warning in secret.warnings() if secret is not None else []:
+            err.print(f"[yellow]warning:[/] {warning}")
+    return storage
+
+
 def open_store(cfg: config_mod.Config, *, check_schema: bool = True):
+    return open_database(cfg.storage, check_schema=check_schema)
+
+
+def open_database(storage: config_mod.Storage, *, check_schema: bool = True):
     from storage.database import SchemaError
     from storage.store import Store
 
     try:
-        password = cfg.storage.password.resolve() if cfg.storage.password else None
-        store = Store(cfg.storage.url, password=password)
+        password = storage.password.resolve() if storage.password else None
+        store = Store(storage.url, password=password)
         if check_schema:
             store.ensure_current()
     except (ConfigError, SchemaError) as exc:

@@ -7,7 +7,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from monitor.cli.common import Format, err, fail, load_config, open_store, out, render
+from monitor.cli.common import (
+    Format,
+    err,
+    fail,
+    load_config,
+    load_storage,
+    open_database,
+    open_store,
+    out,
+    render,
+)
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade, current.")
 reference_app = typer.Typer(no_args_is_help=True, help="The reference profile windows are compared with.")
@@ -15,10 +25,10 @@ reference_app = typer.Typer(no_args_is_help=True, help="The reference profile wi
 
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Apply the schema migrations to the configured database."""
-    cfg = load_config()
-    store = open_store(cfg, check_schema=False)
-    notes = store.upgrade(sql_role=cfg.storage.query_sql.role)
+    """Apply the schema migrations to the configured database (the config's `storage` alone is read)."""
+    storage = load_storage()
+    store = open_database(storage, check_schema=False)
+    notes = store.upgrade(sql_role=storage.query_sql.role)
     out.print(f"database at revision {store.current_revision()} (head {store.head_revision()})")
     for note in notes:
         err.print(f"[yellow]warning:[/] {note}", highlight=False)
@@ -27,8 +37,7 @@ def db_upgrade() -> None:
 @db_app.command("current")
 def db_current(fmt: Format = "table") -> None:
     """Show the database's schema revision and the one this tailwatch expects."""
-    cfg = load_config()
-    store = open_store(cfg, check_schema=False)
+    store = open_database(load_storage(), check_schema=False)
     if fmt != "table":
         record = {"database": store.current_revision(), "head": store.head_revision()}
         render([record], fmt, lambda: None, document=record)

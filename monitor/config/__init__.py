@@ -5,7 +5,7 @@ config); `load` reads and validates a file. This module hands their public names
 """
 
 from monitor.config.fields import ConfigError, Duration, Secret, check_cron, expression_columns
-from monitor.config.load import DEFAULT_PATH, ENV_CONFIG, example, load, parse
+from monitor.config.load import DEFAULT_PATH, ENV_CONFIG, example, load, load_storage, parse
 from monitor.config.metrics import FAMILIES, MetricsExport
 from monitor.config.model import (
     Alertmanager,
@@ -52,5 +52,5 @@ __all__ = [
     "Limits", "MetricsExport",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
     "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "VerdictAlerts",
-    "check_cron", "example", "expression_columns", "load", "parse", "parse_duration",
+    "check_cron", "example", "expression_columns", "load", "load_storage", "parse", "parse_duration",
 ]

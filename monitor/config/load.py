@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from monitor.config.fields import ConfigError
-from monitor.config.model import Config
+from monitor.config.model import Config, Storage
 
 DEFAULT_PATH = "tailwatch.yaml"
 ENV_CONFIG = "TAILWATCH_CONFIG"
@@ -36,16 +36,31 @@ def _format_errors(exc: ValidationError) -> str:
 
 def load(path: str | os.PathLike | None = None) -> Config:
     """Read and validate the config at `path` (default $TAILWATCH_CONFIG, then ./tailwatch.yaml)."""
+    path, raw = _read(path)
+    return parse(raw, base_dir=path.parent)
+
+
+def load_storage(path: str | os.PathLike | None = None) -> Storage:
+    """Read the config at `path` (as `load`) and validate its `storage` section alone: what the schema
+    commands need, before the services' log directories exist."""
+    path, raw = _read(path)
+    section = raw.get("storage", {}) if isinstance(raw, dict) else None
+    try:
+        return Storage.model_validate({} if section is None else section, context={"base_dir": path.parent})
+    except ValidationError as exc:
+        raise ConfigError("\n".join(f"storage.{line}" for line in _format_errors(exc).splitlines())) from None
+
+
+def _read(path: str | os.PathLike | None) -> tuple[Path, Any]:
     path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_PATH)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return path, yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path} (create one with `tailwatch init`)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse(raw, base_dir=path.parent)
 
 
 def parse(raw: Any, base_dir: Path = Path(".")) -> Config:

@@ -1,7 +1,9 @@
-"""Structured logs: one JSON object per line on stderr, with every configured secret value redacted."""
+"""Structured logs on stderr, with every configured secret value redacted: one JSON object per line, or
+one text line per record carrying the same fields as `key=value` pairs after its message."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import traceback
@@ -57,6 +59,26 @@ class Redact(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """`time level logger: message key=value ...`: a record's `extra` fields after its message, as the JSON
+    format writes them; a value with spaces, quotes or `=` is written as a JSON string."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        line = super().formatMessage(record)
+        pairs = [f"{key}={_text_value(value)}" for key, value in vars(record).items() if key not in _STANDARD]
+        return " ".join([line, *pairs])
+
+
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    if text and not any(c.isspace() or c in "\"=" for c in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
 def config_secrets(config: Config) -> list[str]:
     """The values of every `Secret` in the config (storage, SQL sources, Slack, ...) that resolves now,
     and any password in the storage URL."""
@@ -100,7 +122,7 @@ def setup(fmt: str = "json", level: str = "INFO", secrets: Iterable[str] = (), s
             rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
             datefmt="%Y-%m-%dT%H:%M:%S%z", json_ensure_ascii=False))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     global _ACTIVE
     redact = _ACTIVE = Redact(secrets)
     handler.addFilter(redact)
@@ -111,4 +133,6 @@ def setup(fmt: str = "json", level: str = "INFO", secrets: Iterable[str] = (), s
     root.setLevel(level)
     # APScheduler logs every run at INFO; its errors and misses reach our own listener and log lines.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # Alembic names its dialect implementation each time it reads the schema revision: on every /readyz.
+    logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
     return redact

@@ -84,8 +84,8 @@ def test_init_upgrade_tick_end_to_end(tmp_path, cli):
 def test_config_option_and_environment_variable(tmp_path, cli):
     (tmp_path / "elsewhere").mkdir()
     cli("init", "elsewhere/tw.yaml", cwd=tmp_path)
-    by_option = cli("--config", "elsewhere/tw.yaml", "db", "current", cwd=tmp_path)
-    by_env = cli("db", "current", cwd=tmp_path, env={"TAILWATCH_CONFIG": "elsewhere/tw.yaml"})
+    by_option = cli("--config", "elsewhere/tw.yaml", "tick", cwd=tmp_path)
+    by_env = cli("tick", cwd=tmp_path, env={"TAILWATCH_CONFIG": "elsewhere/tw.yaml"})
     # The example config points at ./logs/..., which does not exist next to it: both routes read that file.
     assert "directory does not exist: ./logs/predictions" in by_option.stderr
     assert by_option.stderr == by_env.stderr
