@@ -31,9 +31,11 @@ def _version(shown: bool) -> None:
 @app.callback()
 def main_options(
     config: Annotated[str | None, typer.Option("--config", "-c", metavar="FILE", help="Config file (default $TAILWATCH_CONFIG, then ./tailwatch.yaml).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (shown only when stderr is a terminal).")] = False,
     show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print tailwatch's version and exit.")] = False,
 ) -> None:
     State.config_path = config
+    State.quiet = quiet
 
 
 app.command()(init)

@@ -27,6 +27,7 @@ err = Console(stderr=True)
 
 class State:
     config_path: str | None = None
+    quiet: bool = False  # no progress on stderr (monitor.cli.progress)
 
 
 def fail(message: str, code: int = 2) -> None:

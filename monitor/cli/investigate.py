@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from monitor.cli.common import Format, fail, load_config, one_of, open_store, parse_range
+from monitor.cli.progress import progress
 from monitor.config import ConfigError
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
@@ -219,8 +220,9 @@ def query_logs(
     cfg, svc, _ = _setup(service, fmt)
     start, end = parse_range(since, until, default=DEFAULT_RANGE)
     try:
-        result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
-                       model_version=version, status=status, features=features)
+        with progress("query logs") as observe:
+            result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
+                           model_version=version, status=status, features=features, observe=observe)
     except (LogsError, OSError) as exc:
         fail(str(exc))
     if fmt == "json":
@@ -281,8 +283,9 @@ def report_cmd(
 
     cfg, svc, store = _setup(service, "table")
     start, end = parse_range(since, until, default=None if incident is not None else DEFAULT_RANGE)
-    html = _run(lambda: build_report(store, svc, cfg.limits, since=start, until=end, incident_id=incident,
-                                     evidently=evidently))
+    with progress("report") as observe:
+        html = _run(lambda: build_report(store, svc, cfg.limits, since=start, until=end, incident_id=incident,
+                                         evidently=evidently, observe=observe))
     output.write_text(html, encoding="utf-8")
     out.print(f"wrote {output} ({len(html) / 1e6:.1f} MB)")
 

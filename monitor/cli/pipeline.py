@@ -16,7 +16,6 @@ from monitor import config as config_mod
 from monitor.cli.common import (
     Format,
     _safe,
-    err,
     fail,
     load_config,
     open_store,
@@ -25,6 +24,7 @@ from monitor.cli.common import (
     parse_range,
     render,
 )
+from monitor.cli.progress import progress
 from monitor.durations import duration_text
 
 
@@ -48,7 +48,8 @@ def tick(
 
     cfg = load_config()
     store = open_store(cfg)
-    reports = run_tick(cfg, store, parse_now(now))
+    with progress("tick") as observe:
+        reports = run_tick(cfg, store, parse_now(now), observe)
     render([tick_record(r) for r in reports], fmt, lambda: [print_report(report) for report in reports])
     if any(r.status != "ok" for r in reports):
         raise typer.Exit(1)
@@ -163,8 +164,9 @@ def backfill(
     if not lock.acquire():
         fail("another tailwatch process (the daemon?) holds the leader lock; stop it before a backfill", code=3)
     try:
-        result = backfill_mod.run(cfg, leader.Fenced(store, lock), start, end, step=length, staging=staging,
-                                  console=err, max_steps=max_steps)
+        with progress("backfill", "steps") as observe:
+            result = backfill_mod.run(cfg, leader.Fenced(store, lock), start, end, step=length, staging=staging,
+                                      observe=observe, max_steps=max_steps)
     except backfill_mod.BackfillError as exc:
         fail(str(exc))
     finally:
@@ -253,7 +255,8 @@ def scan(
     bounds = parse_range(since, until, clock)
     store = open_store(cfg)
     try:
-        report = run_scan(cfg, chosen[0], store, dataset, clock, *bounds, engine=settings)
+        with progress("scan") as observe:
+            report = run_scan(cfg, chosen[0], store, dataset, clock, *bounds, engine=settings, observe=observe)
     except (OSError, ValueError) as exc:
         fail(f"cannot scan {dataset}: {type(exc).__name__}: {_safe(exc)}")
     result = report.result

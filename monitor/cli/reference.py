@@ -18,6 +18,7 @@ from monitor.cli.common import (
     out,
     render,
 )
+from monitor.cli.progress import progress
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade, current.")
 reference_app = typer.Typer(no_args_is_help=True, help="The reference profile windows are compared with.")
@@ -71,11 +72,19 @@ def reference_build(
     for svc in chosen:
         if svc.reference is None:
             err.print(f"[yellow]skipped:[/] service {escape(svc.name)} has no reference configured")
-            continue
-        try:
-            profile = store_profile(store, svc)
-        except (OSError, ValueError) as exc:
-            fail(f"service {svc.name}: cannot profile {svc.reference.path}: {exc}")
+    todo = [s for s in chosen if s.reference is not None]
+    profiled = []
+    # A reference file is read whole: the rows profiled are known service by service, the total at the end.
+    with progress("reference build") as observe:
+        for svc in todo:
+            try:
+                profiled.append((svc, store_profile(store, svc)))
+            except (OSError, ValueError) as exc:
+                fail(f"service {svc.name}: cannot profile {svc.reference.path}: {exc}")
+            if observe is not None:
+                rows = sum(p.rows for _, p in profiled)
+                observe(rows, rows if len(profiled) == len(todo) else None)
+    for svc, profile in profiled:
         found = judge(profile, svc.check_params())
         built.append({"service": svc.name, "rows": profile.rows, "fields": list(profile.fields),
                       "fingerprint": profile.fingerprint, "source": str(svc.reference.path),

@@ -34,22 +34,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from monitor.config import Config, FileSource, Service
 from monitor.daemon import jobs
 from monitor.durations import duration_text
 from monitor.ingest.otlp import parse_otlp
 from monitor.ingest.shape import column_of, to_contract
-from monitor.ingest.sources.batch import LINE, file_format
+from monitor.ingest.sources.batch import LINE, Observer, file_format
 from monitor.ingest.sources.chunks import BOM
 from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.files import DirectorySource
@@ -115,10 +106,11 @@ def staged_kinds(service: Service) -> tuple[str, ...]:
 
 
 def run(config: Config, store: Store, since: datetime, until: datetime, *, step: timedelta | None = None,
-        staging: Path | None = None, console: Console | None = None, max_steps: int | None = None) -> Result:
+        staging: Path | None = None, observe: Observer | None = None, max_steps: int | None = None) -> Result:
     """Replay [since, until) by `step` (default `default_step`), resuming an unfinished run with the same
     range and step; `max_steps` stops early (tests, or a long backfill split over several runs). The caller
-    holds the leader lock."""
+    holds the leader lock. `observe` is told the steps done (a resumed run's earlier ones included) and
+    the steps in all, after each step."""
     step = step if step is not None else default_step(config)
     if step < timedelta(seconds=1) or step % timedelta(seconds=1):
         raise BackfillError(f"--step must be a whole number of seconds, at least 1s; got {step}")
@@ -158,26 +150,26 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, step:
     staged_config = _staged_config(config, staging)
     unsynced = _Unsynced(store)
     synced_at = time.monotonic()
-    columns = (TextColumn("[bold]backfill[/] {task.fields[clock]}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("steps"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     reached = resumed or since
-    with Progress(*columns, console=console, disable=console is None, transient=False) as progress:
-        task = progress.add_task("backfill", total=len(clocks), completed=len(clocks) - len(
-            [t for t in clocks if resumed is None or t > resumed]), clock=f"from {since:%Y-%m-%d %H:%M}")
-        for now in todo:
-            for f in plan:
-                _extend(f, f.cut(now))
-            reports = jobs.tick_job(staged_config, unsynced, now)
-            # A durable commit syncs every commit before it: an OS crash rewinds to a recorded step.
-            durable = time.monotonic() - synced_at >= SYNC_SECONDS
-            with store.transaction(durable=durable) as session:
-                store.backfills.advance(session, run_id, now)
-            synced_at = time.monotonic() if durable else synced_at
-            reached = now
-            failed = [r for r in reports if r.status != "ok"]
-            if failed:
-                log.error("backfill step failed", extra={"now": now.isoformat(), "errors": [r.error for r in failed]})
-            progress.update(task, advance=1, clock=f"{now:%Y-%m-%d %H:%M}")
+    stepped = len([t for t in clocks if resumed is not None and t <= resumed])
+    if observe is not None:
+        observe(stepped, len(clocks))
+    for now in todo:
+        for f in plan:
+            _extend(f, f.cut(now))
+        reports = jobs.tick_job(staged_config, unsynced, now)
+        # A durable commit syncs every commit before it: an OS crash rewinds to a recorded step.
+        durable = time.monotonic() - synced_at >= SYNC_SECONDS
+        with store.transaction(durable=durable) as session:
+            store.backfills.advance(session, run_id, now)
+        synced_at = time.monotonic() if durable else synced_at
+        reached = now
+        failed = [r for r in reports if r.status != "ok"]
+        if failed:
+            log.error("backfill step failed", extra={"now": now.isoformat(), "errors": [r.error for r in failed]})
+        stepped += 1
+        if observe is not None:
+            observe(stepped, len(clocks))
     done = reached >= clocks[-1]
     if done:
         _hand_over(store, plan, run_id, reached)

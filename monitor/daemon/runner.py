@@ -14,6 +14,7 @@ from monitor.aggregate.profile import stored_profile
 from monitor.config import Config, Service
 from monitor.ingest.labels import Labelled, ingest_labels
 from monitor.ingest.quarantine import warning
+from monitor.ingest.sources.batch import Chain, Observer
 from monitor.ingest.stage import Ingested, ingest
 from monitor.memory import release_memory
 from monitor.verdicts.stage import QualityScored, WindowsScored, score_quality, score_windows
@@ -82,21 +83,30 @@ Stage = Ingested | WindowsScored | Labelled | QualityScored  # what the stages o
 _REPORTED = frozenset(f.name for f in fields(TickReport))
 
 
-def tick(config: Config, store: Store, now: datetime) -> list[TickReport]:
-    """Run one tick for every configured service at clock `now` (UTC)."""
+def tick(config: Config, store: Store, now: datetime, observe: Observer | None = None) -> list[TickReport]:
+    """Run one tick for every configured service at clock `now` (UTC). `observe` is told the rows read so
+    far and the rows in all when known, over the services one after another (see `ingest`)."""
     # The objects alive before the tick (modules, config, the daemon's state: a few hundred thousand) are
     # kept out of the collector's full passes until it ends: each pass over them cost ~90 ms, and a tick
     # that allocates many objects set off a dozen. Unfrozen after, they are collected as before.
     gc.freeze()
     try:
-        return [run_service(config, service, store, now) for service in config.services]
+        chain = Chain(observe) if observe is not None else None
+        reports = []
+        for service in config.services:
+            reports.append(run_service(config, service, store, now, chain))
+            if chain is not None:
+                chain.next()
+        return reports
     finally:
         gc.unfreeze()
         release_memory()
 
 
-def run_service(config: Config, service: Service, store: Store, now: datetime) -> TickReport:
-    """One service's tick: its stages in order, a failure stored in its `ticks` row rather than raised."""
+def run_service(config: Config, service: Service, store: Store, now: datetime,
+                observe: Observer | None = None) -> TickReport:
+    """One service's tick: its stages in order, a failure stored in its `ticks` row rather than raised;
+    `observe` is told the rows its ingest reads (see `ingest`)."""
     started = time.perf_counter()
     report = TickReport(service=service.name, now=now.isoformat())
     with store.transaction() as session:
@@ -111,7 +121,7 @@ def run_service(config: Config, service: Service, store: Store, now: datetime) -
             report.notes.append(note)
         if profile is not None and (concerns := summary(judge(profile, service.check_params()))):
             report.notes.append(concerns)
-        ingest(config, service, store, now, tick_id, profile, ingested)
+        ingest(config, service, store, now, tick_id, profile, ingested, observe)
         done.append(score_windows(service, store, now, tick_id, profile, ingested.span))
         if service.quality is not None:
             done.append(labelled)

@@ -8,6 +8,7 @@ the last steps, offsets included, and they are read again.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from monitor.ingest.accept import Intake, Rejected, quarantine_rows
 from monitor.ingest.frame import Joined, combined_hashes, from_blobs, join, to_blob
 from monitor.ingest.labels import scored_rows
 from monitor.ingest.sources import open_source
-from monitor.ingest.sources.batch import Batch
+from monitor.ingest.sources.batch import Batch, Observer
 from monitor.ingest.sources.files import DirectorySource
 from monitor.ingest.sources.sql import SqlTableSource
 from storage.store import Store
@@ -57,10 +58,11 @@ class Ingested(Intake):
 
 
 def ingest(config: Config, service: Service, store: Store, now: datetime, tick_id: int, profile: Profile | None,
-           counts: Ingested | None = None) -> Ingested:
+           counts: Ingested | None = None, observe: Observer | None = None) -> Ingested:
     """Read `service`'s new predictions and timings, validate, join and fold them on `profile`'s bins, and store
     each step with its offsets. `counts` (returned) is filled as steps commit: a caller still has the counts
-    of the steps stored when a later one raises."""
+    of the steps stored when a later one raises. `observe` is told the rows read of both sources and the
+    rows in all (estimated, then exact at the end), from the reading threads."""
     counts = Ingested() if counts is None else counts
     name = service.name
     pred_source = open_source(f"{name}/predictions", service.sources.predictions, config.limits)
@@ -72,8 +74,9 @@ def ingest(config: Config, service: Service, store: Store, now: datetime, tick_i
         pending_p = from_blobs(store.pending.load(session, name, RecordKind.predictions.value))
         pending_t = from_blobs(store.pending.load(session, name, RecordKind.timings.value))
 
-    pred_batches = _read_ahead(pred_source, pred_offsets)
-    time_batches = _read_ahead(time_source, time_offsets) if time_source else iter(())
+    reads = _Sum(observe, 2 if time_source else 1) if observe is not None else None
+    pred_batches = _read_ahead(pred_source, pred_offsets, reads and reads.part(0))
+    time_batches = _read_ahead(time_source, time_offsets, reads and reads.part(1)) if time_source else iter(())
     timed = time_source is not None
     seen_p, seen_t = _Seen(("request_id",)), _Seen(("request_id", "stage"))
     # A step's fold runs on a worker while this thread validates and joins the next step (numpy releases
@@ -204,7 +207,24 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
         counts.last_ts = max(counts.last_ts or hi, hi)
 
 
-def _read_ahead(source: DirectorySource | SqlTableSource, offsets: dict) -> Iterator[Batch]:
+class _Sum:
+    """Several reads' observers as one: their rows read summed, and their rows in all once each knows its own."""
+
+    def __init__(self, observe: Observer, parts: int):
+        self.observe, self.lock = observe, threading.Lock()
+        self.done: list[int] = [0] * parts
+        self.total: list[int | None] = [None] * parts
+
+    def part(self, i: int) -> Observer:
+        def told(done: int, total: int | None) -> None:
+            with self.lock:  # the reads run on threads of their own; the sums go out in order
+                self.done[i], self.total[i] = done, total
+                self.observe(sum(self.done), None if None in self.total else sum(self.total))
+        return told
+
+
+def _read_ahead(source: DirectorySource | SqlTableSource, offsets: dict,
+                observe: Observer | None = None) -> Iterator[Batch]:
     """`source.read(offsets)`; for files, the next batch is parsed on a worker thread while the caller
     validates, folds and commits this one (pyarrow releases the GIL while it parses), one batch ahead at most.
 
@@ -212,7 +232,7 @@ def _read_ahead(source: DirectorySource | SqlTableSource, offsets: dict) -> Iter
     nothing. SQL tables are read in order on the caller's thread (their connection may share a database
     file with the store).
     """
-    batches = source.read(offsets)
+    batches = source.read(offsets, observe)
     if not isinstance(source, DirectorySource):
         yield from batches
         return

@@ -18,7 +18,7 @@ from monitor.config import FileSource, Limits, Service
 from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
 from monitor.ingest.shape import to_contract
 from monitor.ingest.sources import open_source
-from monitor.ingest.sources.batch import FILE, LINE
+from monitor.ingest.sources.batch import FILE, LINE, Chain, Observer
 from monitor.ingest.validate import validate
 from monitor.schema import Schema
 
@@ -49,13 +49,15 @@ class Drill:
 
 
 def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limits,
-          columns: set[str] | None, now: datetime, skipped: Counter, keep=None) -> pd.DataFrame:
+          columns: set[str] | None, now: datetime, skipped: Counter, keep=None,
+          observe: Observer | None = None) -> pd.DataFrame:
     """Every valid row of a file source, typed by the contract; `keep(table)` filters in Arrow first.
-    Rows the tick would quarantine are left out and counted in `skipped`, by reason code."""
+    Rows the tick would quarantine are left out and counted in `skipped`, by reason code. `observe` is
+    told the rows read and the rows in all (estimated from the bytes left, exact at the end)."""
     if not isinstance(source_cfg, FileSource):
         raise LogsError(f"{name}: drill-down reads file sources; this one is {source_cfg.kind}")
     frames = []
-    for batch in open_source(name, source_cfg, limits).read({}):
+    for batch in open_source(name, source_cfg, limits).read({}, observe):
         skipped.update(r.reason.value for r in batch.rejects)
         for raw in (batch.table, batch.frame):
             if raw is None or not len(raw):
@@ -88,16 +90,21 @@ def _bools(values) -> list[bool]:
 
 def drill(service: Service, limits: Limits, *, since: datetime, until: datetime, stage: str | None = None,
           min_ms: float | None = None, top: int = 20, model_version: str | None = None,
-          status: str | None = None, features: bool = False, now: datetime | None = None) -> Drill:
+          status: str | None = None, features: bool = False, now: datetime | None = None,
+          observe: Observer | None = None) -> Drill:
     """The `top` requests with ts in [since, until) ranked by the duration of `stage` (ms; None: total
-    latency_ms), keeping those at or above `min_ms`; and how the matching requests split by dimension."""
+    latency_ms), keeping those at or above `min_ms`; and how the matching requests split by dimension.
+    `observe` is told the raw rows read (predictions, then timings) and the rows in all when known."""
     now = now or datetime.now(UTC)
+    chain = Chain(observe) if observe is not None else None
     schema = service.schema_
     # Features are read and checked even when not shown: a row the tick quarantines for one is left out here.
     wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | set(schema.features)
     skipped: Counter = Counter()
     preds = _read(service.sources.predictions, f"{service.name}/predictions", RecordKind.predictions,
-                  schema, limits, wanted, now, skipped)
+                  schema, limits, wanted, now, skipped, observe=chain)
+    if chain is not None:
+        chain.next()
     if not features:
         hidden = [c for c in schema.features if c not in SHOWN and c not in schema.segments and c not in schema.signals]
         preds = preds.drop(columns=hidden, errors="ignore")
@@ -125,7 +132,7 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
         timings = _read(service.sources.timings, f"{service.name}/timings", RecordKind.timings, schema, limits,
                         {"request_id", "stage", "duration_ms"}, now, skipped,
                         keep=lambda t: pc.fill_null(pc.equal(pc.cast(t["stage"], pa.string()), stage), False)
-                        if "stage" in t.column_names else pa.array([False] * t.num_rows))
+                        if "stage" in t.column_names else pa.array([False] * t.num_rows), observe=chain)
         if timings.empty:
             raise LogsError(f"no timing rows of stage {stage!r} in {service.sources.timings.path}")
         timings = timings.drop_duplicates(["request_id", "stage"], keep="first")  # as the join keeps them

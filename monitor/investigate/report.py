@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from monitor.config import Limits, Service  # noqa: E402
+from monitor.ingest.sources.batch import Observer  # noqa: E402
 from monitor.investigate import history, query  # noqa: E402
 from storage.store import Store  # noqa: E402
 
@@ -147,9 +148,10 @@ def coverage_plot(findings: pd.DataFrame, marked) -> str | None:
     return _png(fig)
 
 
-def evidently_html(service: Service, limits: Limits, since: datetime, until: datetime) -> tuple[str | None, str]:
+def evidently_html(service: Service, limits: Limits, since: datetime, until: datetime,
+                   observe: Observer | None = None) -> tuple[str | None, str]:
     """Evidently's DataDriftPreset report of the window's raw rows vs the reference (standalone HTML),
-    or None with the reason."""
+    or None with the reason; `observe` is told the raw rows read (see `drill`)."""
     import os
 
     os.environ.setdefault("DO_NOT_TRACK", "1")  # before evidently is imported
@@ -164,7 +166,8 @@ def evidently_html(service: Service, limits: Limits, since: datetime, until: dat
     if not numeric and not categorical:
         return None, "no numeric or categorical features declared"
     try:
-        current = drill(service, limits, since=since, until=until, top=1 << 62, features=True).requests
+        current = drill(service, limits, since=since, until=until, top=1 << 62, features=True,
+                        observe=observe).requests
     except (LogsError, OSError) as exc:
         return None, f"raw rows not readable: {exc}"
     if current.empty:
@@ -192,8 +195,9 @@ def evidently_html(service: Service, limits: Limits, since: datetime, until: dat
 
 def build_report(store: Store, service: Service, limits: Limits, *, since: datetime | None = None,
                  until: datetime | None = None, incident_id: int | None = None, evidently: bool = True,
-                 now: datetime | None = None) -> str:
-    """The report's HTML for [since, until), or for incident `incident_id` (its windows, plus CONTEXT before)."""
+                 now: datetime | None = None, observe: Observer | None = None) -> str:
+    """The report's HTML for [since, until), or for incident `incident_id` (its windows, plus CONTEXT before).
+    `observe` is told the raw rows read for Evidently's report (the rest comes from the store)."""
     now = now or datetime.now(UTC)
     marked = None
     title = f"tailwatch report — {service.name}"
@@ -235,7 +239,7 @@ def build_report(store: Store, service: Service, limits: Limits, *, since: datet
     parts.append(_html_table(breaches.head(40)) if len(breaches) else '<p class="none">none in the range</p>')
     parts.append("<h2>Evidently data drift report</h2>")
     if evidently:
-        doc, note = evidently_html(service, limits, since, until)
+        doc, note = evidently_html(service, limits, since, until, observe)
         if doc is None:
             parts.append(f'<p class="none">not included: {html.escape(note)}</p>')
         else:

@@ -31,6 +31,7 @@ from monitor.daemon.engines.local import (
     scan_plan,
     stage_columns,
 )
+from monitor.ingest.sources.batch import Observer
 from storage.rows import PartialRow
 
 PARTIAL, COUNTS = "partial", "counts"  # the two kinds of result row: one partial, or a partition's counts
@@ -93,12 +94,13 @@ def client_for(scheduler: str | None, n_workers: int) -> Iterator:
 
 
 def scan(dataset: str, scan: Scan, client, partition_rows: int = DEFAULT_PARTITION_ROWS,
-         storage_options: dict | None = None) -> ScanResult:
+         storage_options: dict | None = None, observe: Observer | None = None) -> ScanResult:
     """Fold the dataset piece by piece on `client`'s cluster; partials gathered, merged by key.
 
     The pieces are planned here from the files' footers (`local.plan`: row groups of one or more files,
     at most `partition_rows` rows each), so a task's memory is bounded by `partition_rows` whatever the
     file layout; `dd.read_parquet` would make a task of each file or row group, however large.
+    `observe` is told the rows to fold before and the rows folded after (the cluster folds them at once).
     """
     import dask
     import dask.dataframe as dd
@@ -111,12 +113,17 @@ def scan(dataset: str, scan: Scan, client, partition_rows: int = DEFAULT_PARTITI
     pieces, columns = scan_plan(dataset, scan, partition_rows, storage_options)
     if not pieces:
         return ScanResult([], Counter(), 0, 0, time.perf_counter() - started)
+    total = sum(piece.rows for piece in pieces)
+    if observe is not None:
+        observe(0, total)
     # Payloads are bytes: dask's default conversion of object columns to Arrow strings would decode them.
     with dask.config.set({"dataframe.convert-string": False}):
         parts = dd.from_map(piece_partials, pieces, fs=fs, scan=scan, fields=columns,
                             partition_rows=partition_rows, meta=result_meta(), enforce_metadata=False,
                             label="tailwatch-fold")
         frame = client.compute(parts).result()
+    if observe is not None:
+        observe(total, total)
     gathered = int(sum(len(p) for p in frame["payload"]))
     result = from_frame(frame)
     return ScanResult(merge_rows(result.partials), result.counts, len(pieces), gathered,

@@ -30,7 +30,7 @@ from monitor.config import Limits, Service
 from monitor.contract import RecordKind
 from monitor.daemon.engines.dataset import HOUR_FORMAT, PARTITION
 from monitor.ingest.frame import ARRIVED, STAGE_PREFIX, join
-from monitor.ingest.sources.batch import LINE
+from monitor.ingest.sources.batch import LINE, Observer
 from monitor.ingest.sources.tables import flag_oversize  # the same oversize rule as the file sources
 from monitor.ingest.validate import field_kinds, validate
 from monitor.memory import release_memory
@@ -317,20 +317,27 @@ def scan_plan(dataset: str, scan: Scan, partition_rows: int,
 
 
 def scan(dataset: str, scan: Scan, partition_rows: int = DEFAULT_PARTITION_ROWS,
-         storage_options: dict | None = None) -> ScanResult:
-    """Fold the dataset in this process, `partition_rows` rows at a time; partials merged as they come."""
+         storage_options: dict | None = None, observe: Observer | None = None) -> ScanResult:
+    """Fold the dataset in this process, `partition_rows` rows at a time; partials merged as they come.
+    `observe` is told the rows folded and the rows to fold (from the files' footers) after each piece."""
     started = time.perf_counter()
     fs, _ = filesystem(dataset, storage_options)
     pieces, columns = scan_plan(dataset, scan, partition_rows, storage_options)
     counts: Counter = Counter()
     merged: list[PartialRow] = []
-    gathered = slices = 0
+    gathered = slices = folded = 0
+    total = sum(piece.rows for piece in pieces)
+    if observe is not None:
+        observe(0, total)
     for i, piece in enumerate(pieces, start=1):
         result, n = fold_piece(fs, piece, scan, columns, partition_rows, where=f"chunk-{i}")
         slices += n
         counts.update(result.counts)
         gathered += sum(len(r.payload) for r in result.partials)
         merged = merge_rows([*merged, *result.partials])
+        folded += piece.rows
+        if observe is not None:
+            observe(folded, total)
     return ScanResult(merged, +counts, slices, gathered, time.perf_counter() - started)
 
 

@@ -9,6 +9,7 @@ from monitor.aggregate.profile import stored_profile
 from monitor.config import Config, Engine, Service
 from monitor.daemon.engines import local
 from monitor.daemon.engines.local import Scan, ScanResult, store_partials
+from monitor.ingest.sources.batch import Observer
 from monitor.verdicts.stage import load_anchors
 from monitor.verdicts.windows import Scored, floor_to, score, store_scored
 from storage.store import Store
@@ -24,29 +25,30 @@ class ScanReport:
 
 
 def fold_dataset(dataset: str, scan: Scan, engine: Engine, client=None,
-                 storage_options: dict | None = None) -> ScanResult:
+                 storage_options: dict | None = None, observe: Observer | None = None) -> ScanResult:
     """The dataset's merged partials from the engine `engine.kind` (dask: on `client`, or on the cluster
-    `engine` names, or on a LocalCluster started and closed here)."""
+    `engine` names, or on a LocalCluster started and closed here); `observe`: rows folded, rows to fold."""
     if engine.kind == "local":
-        return local.scan(dataset, scan, engine.partition_rows, storage_options)
+        return local.scan(dataset, scan, engine.partition_rows, storage_options, observe)
     from monitor.daemon.engines import dask as dask_engine
 
     if client is not None:
-        return dask_engine.scan(dataset, scan, client, engine.partition_rows, storage_options)
+        return dask_engine.scan(dataset, scan, client, engine.partition_rows, storage_options, observe)
     with dask_engine.client_for(engine.scheduler, engine.n_workers) as own:
-        return dask_engine.scan(dataset, scan, own, engine.partition_rows, storage_options)
+        return dask_engine.scan(dataset, scan, own, engine.partition_rows, storage_options, observe)
 
 
 def run_scan(config: Config, service: Service, store: Store, dataset: str, now: datetime,
              since: datetime | None = None, until: datetime | None = None, engine: Engine | None = None,
-             client=None, storage_options: dict | None = None) -> ScanReport:
+             client=None, storage_options: dict | None = None, observe: Observer | None = None) -> ScanReport:
     """Fold `dataset` (rows with ts in [since, until)), add its partials to the store, and score and store
-    every closed window of each configured length that its partials fall in."""
+    every closed window of each configured length that its partials fall in. `observe` is told the rows
+    folded and the rows to fold as the engine goes."""
     engine = engine or config.engine
     profile, _ = stored_profile(store, service)
     timed = local.dataset_timed(local.open_dataset(dataset, storage_options))
     scan = Scan.of(service, config.limits, profile, now, timed, since, until)
-    result = fold_dataset(dataset, scan, engine, client, storage_options)
+    result = fold_dataset(dataset, scan, engine, client, storage_options, observe)
     store_partials(store, service.name, result.partials)
     scored: list[Scored] = []
     if result.partials:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +68,53 @@ class Batch:
     @property
     def rows_read(self) -> int:
         return len(self.frame) + len(self.rejects) + (self.table.num_rows if self.table is not None else 0)
+
+
+Observer = Callable[[int, int | None], None]  # progress: (rows read so far, rows in all when known)
+
+
+class Backlog:
+    """A read's progress for an observer: the rows read, and the rows in all, estimated from the share of
+    the files' unread bytes (Parquet: rows) read so far, and exact once the read ends (`finish`)."""
+
+    def __init__(self, observe: Observer, files: list[tuple[str, int, int, int, bool]]):
+        # Per file key: where its read starts and ends, in bytes or (by_rows: Parquet) in rows, and its
+        # weight: the bytes it has left to read.
+        self.observe = observe
+        self.files = {key: (start, end, weight, by_rows) for key, start, end, weight, by_rows in files if end > start}
+        self.weight = sum(f[2] for f in self.files.values())
+        self.reached: dict[str, float] = {}  # per file key, the share of its weight read
+        self.rows = 0
+
+    def read(self, batch: Batch) -> None:
+        """Count `batch`'s rows and how far its offsets moved; tell the observer."""
+        self.rows += batch.rows_read
+        for state in batch.offsets:
+            if state.file_key in self.files:
+                start, end, _, by_rows = self.files[state.file_key]
+                at = state.line if by_rows else state.offset
+                self.reached[state.file_key] = min(max(at - start, 0) / (end - start), 1.0)
+        done = sum(self.files[key][2] * share for key, share in self.reached.items())
+        total = round(self.rows * self.weight / done) if done else None
+        self.observe(self.rows, None if total is None else max(total, self.rows))
+
+    def finish(self) -> None:
+        self.observe(self.rows, self.rows)
+
+
+class Chain:
+    """One observer over reads made one after another: each read's counts follow the rows of those before
+    it (call `next` between reads)."""
+
+    def __init__(self, observe: Observer):
+        self.observe, self.before, self.last = observe, 0, 0
+
+    def __call__(self, done: int, total: int | None) -> None:
+        self.last = done
+        self.observe(self.before + done, None if total is None else self.before + total)
+
+    def next(self) -> None:
+        self.before, self.last = self.before + self.last, 0
 
 
 def file_format(path: Path, declared: str) -> str:

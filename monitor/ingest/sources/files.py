@@ -22,7 +22,16 @@ import pyarrow as pa
 from monitor.config import FileSource, Limits
 from monitor.contract import Reason, Reject, excerpt
 from monitor.ingest.otlp import parse_otlp
-from monitor.ingest.sources.batch import FILE, LINE, Batch, RawLines, empty_frame, format_of
+from monitor.ingest.sources.batch import (
+    FILE,
+    LINE,
+    Backlog,
+    Batch,
+    Observer,
+    RawLines,
+    empty_frame,
+    format_of,
+)
 from monitor.ingest.sources.chunks import BOM, first_line_of, line_chunks
 from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.identity import (
@@ -98,9 +107,10 @@ class DirectorySource:
                 found.append((path, name, link))
         return found, skipped
 
-    def read(self, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
+    def read(self, offsets: dict[str, OffsetState], observe: Observer | None = None) -> Iterator[Batch]:
         """New rows of every file since `offsets`, chunk by chunk; a file that cannot be read is reported as
-        a `source_error` batch (no offset: retried next read) and the others are read."""
+        a `source_error` batch (no offset: retried next read) and the others are read. `observe` is told
+        the rows read and the rows in all (estimated from the bytes left) after each batch."""
         own: set[int] = set()  # the pool's threads
         pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="tailwatch-parse",
                                   initializer=lambda: own.add(threading.get_ident()))
@@ -123,14 +133,19 @@ class DirectorySource:
                 plans.append(plan)
             plans.sort(key=lambda p: (p.mtime_ns, p.name))  # oldest first
             claimed = claim(plans, offsets)
+            backlog = Backlog(observe, [_left(plan) for plan in claimed]) if observe is not None else None
             for batch in self._read_claimed(claimed, offsets, pool):
                 saved.update(s.file_key for s in batch.offsets)
+                if backlog is not None:
+                    backlog.read(batch)
                 yield batch
             # A file whose state changed without a row to read (a compressed rotation or a copy that holds
             # nothing new, a rename, a longer fingerprint) keeps it: next time it is known as itself.
             for plan in claimed:
                 if plan.key not in saved and plan.state != offsets.get(plan.key):
                     yield Batch(self.name, plan.name, empty_frame(), [], plan.state, list(plan.events))
+            if backlog is not None:
+                backlog.finish()
         finally:
             # The caller stopped early or a parse failed: blocks still queued are dropped, running ones
             # (a block each) are waited for, so no thread outlives the read. Closed on one of its own
@@ -366,6 +381,18 @@ class DirectorySource:
                       events: list[str]) -> Batch:
         table, frame, rejects = parsed()
         return Batch(self.name, path.name, frame, rejects, state, events, table, lines=lines)
+
+
+def _left(plan: Plan) -> tuple[str, int, int, int, bool]:
+    """What a file has left to read, for a Backlog: (key, start, end, bytes, by rows). A Parquet file is
+    measured in rows (its offset is its size from its first batch on); a large compressed one by its size
+    on disk against decompressed offsets, which over-estimates the share of it read."""
+    start = plan.state.offset
+    if plan.fmt == "parquet":
+        rows = plan.parquet.metadata.num_rows if plan.parquet is not None else 0  # no footer yet: not read
+        return plan.key, plan.state.line, rows, plan.size * max(rows - plan.state.line, 0) // max(rows, 1), True
+    end = len(plan.head) if plan.gz and plan.whole else plan.size
+    return plan.key, start, end, max(end - start, 0), False
 
 
 def _os_error(exc: OSError) -> str:

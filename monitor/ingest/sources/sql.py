@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.config import Limits, SqlSource
-from monitor.ingest.sources.batch import LINE, Batch
+from monitor.ingest.sources.batch import LINE, Backlog, Batch, Observer
 from storage.offsets import OffsetState
 
 
@@ -35,7 +35,18 @@ class SqlTableSource:
             self._engine = create_engine(url, pool_pre_ping=True)
         return self._engine
 
-    def read(self, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
+    def read(self, offsets: dict[str, OffsetState], observe: Observer | None = None) -> Iterator[Batch]:
+        """The rows after the stored cursor, a chunk at a time; `observe` is told the rows read after each
+        chunk (the rows in all only at the end: a count would cost a query of its own)."""
+        backlog = Backlog(observe, []) if observe is not None else None
+        for batch in self._chunks(offsets):
+            if backlog is not None:
+                backlog.read(batch)
+            yield batch
+        if backlog is not None:
+            backlog.finish()
+
+    def _chunks(self, offsets: dict[str, OffsetState]) -> Iterator[Batch]:
         import sqlalchemy as sa
 
         key = f"sql:{self.config.table}"
