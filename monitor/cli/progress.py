@@ -23,7 +23,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from monitor.cli.common import State, err
+from monitor.cli.common import State
 
 Observer = Callable[[int, int | None], None]  # (done, total when known)
 
@@ -45,7 +45,9 @@ class Rate(ProgressColumn):
 def progress(what: str, unit: str = "rows", console: Console | None = None) -> Iterator[Observer | None]:
     """An observer drawing `what`'s progress in `unit` on `console` (default: stderr) until the block ends;
     None when that console is not a terminal or `--quiet` was given."""
-    console = console or err
+    # A console of its own by default: whether it draws live is decided when a console is made, and
+    # stderr may have been swapped since the shared one was (a test runner, a redirect).
+    console = console or Console(stderr=True)
     if State.quiet or not console.is_terminal:
         yield None
         return
