@@ -90,3 +90,39 @@ def test_an_injected_terminal_shows_done_rate_and_time_left():
     assert RATE.search(stream.getvalue()) and "4,000 rows" in stream.getvalue()
     with progress("scan", console=Console(file=io.StringIO())) as observe:  # not a terminal
         assert observe is None
+
+
+def _counts_up(calls: list[tuple[int, int | None]], total: int) -> None:
+    done = [d for d, _ in calls]
+    assert len(calls) > 2 and done == sorted(done) and calls[-1] == (total, total)
+
+
+def test_a_scan_tells_its_observer_the_rows_folded_of_the_rows_to_fold(backlog, tmp_path):
+    from monitor.daemon.engines import dataset as layout
+    from monitor.daemon.engines.scan import run_scan
+
+    config, store = backlog
+    cfg = config_mod.load(config)
+    logs = config.parent / "logs"
+    rows = layout.joined_rows(layout.read_jsonl(logs / "predictions"), layout.read_jsonl(logs / "timings"))
+    layout.write_dataset(rows, tmp_path / "dataset", rows_per_file=700)
+    calls = []
+    run_scan(cfg, cfg.services[0], store, str(tmp_path / "dataset"), NOW,
+             engine=cfg.engine.model_copy(update={"partition_rows": 500}),
+             observe=lambda done, total: calls.append((done, total)))
+    _counts_up(calls, len(rows))
+    assert all(t == len(rows) for _, t in calls)  # known from the files' footers before a row is read
+
+
+def test_a_drill_down_tells_its_observer_the_raw_rows_read(backlog):
+    from monitor.investigate.logs import drill
+
+    config, _ = backlog
+    cfg = config_mod.load(config)
+    calls = []
+    result = drill(cfg.services[0], cfg.limits, since=START, until=NOW, stage="model", now=NOW,
+                   observe=lambda done, total: calls.append((done, total)))
+    logs = config.parent / "logs"
+    lines = sum(len(f.read_bytes().splitlines()) for f in logs.glob("*/*.jsonl"))
+    assert result.matched > 0
+    _counts_up(calls, lines)  # predictions, then timings, every line read (the broken ones too)
