@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from monitor import config as config_mod
 from monitor.cli import app
+from monitor.cli.common import State
 from monitor.cli.progress import progress
 from monitor.daemon.runner import tick
 from storage.store import Store
@@ -79,7 +80,8 @@ def test_a_terminal_sees_the_rows_per_second(backlog):
     assert "predictions: read" in result.stdout  # the report itself is unchanged, on stdout
 
 
-def test_an_injected_terminal_shows_done_rate_and_time_left():
+def test_an_injected_terminal_shows_done_rate_and_time_left(monkeypatch):
+    monkeypatch.setattr(State, "quiet", False)  # as a command without --quiet sets it
     stream = io.StringIO()
     console = Console(file=stream, force_terminal=True, width=120)
     with progress("scan", console=console) as observe:
