@@ -8,7 +8,7 @@ such an observer drawing a rich progress bar, or None when stderr is not a termi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -24,8 +24,7 @@ from rich.progress import (
 from rich.text import Text
 
 from monitor.cli.common import State
-
-Observer = Callable[[int, int | None], None]  # (done, total when known)
+from monitor.ingest.sources.batch import Observer
 
 
 class Rate(ProgressColumn):

@@ -70,7 +70,8 @@ class Batch:
         return len(self.frame) + len(self.rejects) + (self.table.num_rows if self.table is not None else 0)
 
 
-Observer = Callable[[int, int | None], None]  # progress: (rows read so far, rows in all when known)
+# Progress, told by the stages that work through a backlog: (done so far, in all when known, else None).
+Observer = Callable[[int, int | None], None]
 
 
 class Backlog:
