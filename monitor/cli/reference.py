@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
-from monitor.cli.common import Format, err, fail, load_config, open_store, out, render
+from monitor.cli.common import (
+    Format,
+    Services,
+    err,
+    fail,
+    load_config,
+    open_store,
+    out,
+    render,
+    some_services,
+)
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade, current.")
 reference_app = typer.Typer(no_args_is_help=True, help="The reference profile windows are compared with.")
 
 
 @db_app.command("upgrade")
-def db_upgrade() -> None:
+def db_upgrade(fmt: Format = "table") -> None:
     """Apply the schema migrations to the configured database."""
     cfg = load_config()
     store = open_store(cfg, check_schema=False)
     notes = store.upgrade(sql_role=cfg.storage.query_sql.role)
-    out.print(f"database at revision {store.current_revision()} (head {store.head_revision()})")
-    for note in notes:
+    record = {"database": store.current_revision(), "head": store.head_revision(), "warnings": notes}
+    render([record], fmt, lambda: out.print(f"database at revision {record['database']} (head {record['head']})"),
+           document=record)
+    for note in notes if fmt == "table" else []:
         err.print(f"[yellow]warning:[/] {note}", highlight=False)
 
 
@@ -38,10 +48,11 @@ def db_current(fmt: Format = "table") -> None:
 
 @reference_app.command("build")
 def reference_build(
-    service: Annotated[str | None, typer.Option(help="Only this service (default: every one with a reference).")] = None,
+    service: Services = None,
     fmt: Format = "table",
 ) -> None:
-    """Profile each service's reference dataset, store the profile, and say what in it to fix."""
+    """Profile each service's reference dataset (every one that has one), store the profile, and say what in
+    it to fix."""
     from rich.markup import escape
 
     from checks.judge import judge
@@ -49,9 +60,7 @@ def reference_build(
 
     cfg = load_config()
     store = open_store(cfg)
-    chosen = [s for s in cfg.services if service in (None, s.name)]
-    if service is not None and not chosen:
-        fail(f"--service: no service named {service!r}")
+    chosen = some_services(cfg, service)
     table = Table(title="reference profiles")
     for col in ("service", "rows", "fields", "fingerprint", "source"):
         table.add_column(col)
