@@ -246,7 +246,8 @@ def query_logs(
          f"({result.scanned:,} in range) by {stage or 'total latency'}"
          + (f"; {skipped:,} rows left out as the tick quarantines them" if skipped else ""))
     if fmt == "table" and not result.aggregates.empty:
-        out.print(table(result.aggregates.head(15), "what the matching requests share (lift = share / share of all)"))
+        out.print(table(result.aggregates.head(15), "what the matching requests share (lift = share / share of all)",
+                        width=out.width))
 
 
 def compare_cmd(
@@ -275,7 +276,7 @@ def compare_cmd(
         out.print(_comparison(result.table, baseline, candidate,
                               f"{svc.name}: {baseline} vs {candidate}, {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"))
         if len(result.constraints):
-            out.print(table(result.constraints, "hard constraints"))
+            out.print(table(result.constraints, "hard constraints", width=out.width))
             out.print("[bold green]candidate passes every constraint[/]" if result.passed
                       else "[bold red]candidate fails a constraint[/]")
         else:

@@ -233,8 +233,8 @@ def nightly(
     for col in ("service", "windows", "matured", "findings", "breaches", "pruned", "failed as miss"):
         table.add_column(col, justify="left" if col == "service" else "right")
     for s in report.services:
-        table.add_row(s.service, str(s.windows), str(s.matured), str(s.findings), str(len(s.breaches)),
-                      str(s.pruned), "yes" if s.failed_as_miss else "no")
+        table.add_row(s.service, f"{s.windows:,}", f"{s.matured:,}", f"{s.findings:,}", f"{len(s.breaches):,}",
+                      f"{s.pruned:,}", "yes" if s.failed_as_miss else "no")
     out.print(table)
     for s in report.services:
         for line in s.breaches[:20]:

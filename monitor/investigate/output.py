@@ -153,27 +153,46 @@ def whole(name: str) -> bool:
                                                                                                    "last")
 
 
-def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | None = None) -> Table:
-    """`frame` as a rich table of `columns` (default: all). Ids, names and times are never wrapped, other
-    text folds; of a command's own pick of `columns`, those empty in every row are left out (the columns
-    of a user's own SQL are all kept)."""
-    out = Table(title=title, show_lines=False)
+def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | None = None,
+          width: int | None = None) -> Table:
+    """`frame` as a rich table of `columns` (default: all). Ids, names and times are never wrapped nor cut,
+    numbers never wrapped, other text folds; of a command's own pick of `columns`, those empty in every row
+    are left out (the columns of a user's own SQL are all kept). Narrower than the table needs (`width`
+    characters), the last columns that are not ids are left out and the caption names them."""
     names = [c for c in (columns or list(frame.columns)) if c in frame.columns]
     if columns is not None:
         # A column with no value in any row only takes width from the ones that say something.
         names = [c for c in names if not frame[c].map(lambda v: not isinstance(v, dict | list | tuple)
                                                       and bool(pd.isna(v))).all()]
+    kinds = {}
     for name in names:
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
-        if whole(str(name)):
-            out.add_column(str(name), justify="right" if numeric else "left", no_wrap=True)
+        kinds[name] = "whole" if whole(str(name)) else "number" if numeric else "text"
+    cells = {name: [cell(v, kinds[name] == "whole") for v in frame[name]] for name in names}
+
+    def needs(shown: list[str]) -> int:  # the narrowest the table can be: borders, padding, columns
+        return 1 + sum(3 + (MIN_WIDTH if kinds[n] == "text" else max(len(str(n)), *map(len, cells[n] or [""])))
+                       for n in shown)
+
+    shown, left_out = list(names), []
+    while width is not None and needs(shown) > width:
+        droppable = [n for n in shown if kinds[n] != "whole"]
+        if not droppable:
+            break
+        left_out.insert(0, droppable[-1])
+        shown.remove(droppable[-1])
+    out = Table(title=title, show_lines=False)
+    for name in shown:
+        justify = "right" if kinds[name] == "number" else "left"
+        if kinds[name] == "text":
+            out.add_column(str(name), justify=justify, overflow="fold", min_width=MIN_WIDTH)
         else:
-            out.add_column(str(name), justify="right" if numeric else "left", overflow="fold",
-                           min_width=min(MIN_WIDTH, len(str(name))) if numeric else MIN_WIDTH)
-    keep = [whole(str(name)) for name in names]
-    for row in frame[names].itertuples(index=False):
+            out.add_column(str(name), justify=justify, no_wrap=True)
+    for i in range(len(frame)):
         # Plain text: a value from the logs ("[bold]...") is shown as written, never read as markup.
-        out.add_row(*(Text(cell(v, w)) for v, w in zip(row, keep, strict=True)))
+        out.add_row(*(Text(cells[name][i]) for name in shown))
+    if left_out:
+        out.caption = f"left out at this width: {', '.join(map(str, left_out))} (--format csv has every column)"
     return out
 
 
@@ -205,7 +224,7 @@ def emit(frame: pd.DataFrame, fmt: str, console: Console, *, title: str | None =
         console.print(f"[dim]{empty}[/]")
     else:
         shown = by_severity(frame, *severity) if severity else frame
-        console.print(table(shown, title, columns))
+        console.print(table(shown, title, columns, width=console.width))
         if after:
             console.print(Text(f"{after}, by id:", style="dim"))
         for key, text in zip(shown.get("id", shown.index), shown[after] if after else [], strict=False):

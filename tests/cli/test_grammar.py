@@ -196,3 +196,21 @@ def test_since_and_until_share_one_parser(workdir, monkeypatch, command):
     assert "--since: not a time or a duration: 'yesterday-ish' (e.g. 2026-11-02T12:00:00Z or 6h)" in result.output
     reversed_ = _invoke(*command, "--since", "1h", "--until", "2h", cwd=workdir, monkeypatch=monkeypatch)
     assert reversed_.exit_code == 2 and "is not before --until" in reversed_.output
+
+
+@pytest.mark.parametrize("command", [["tick"], ["alerts"], ["nightly"], ["silence", "list"], ["silence", "create"],
+                                     ["accept", "v1"], ["reference", "build"], ["scan", "data.parquet"],
+                                     ["report"], ["query", "metrics"], ["compare", "--baseline", "a", "--candidate", "b"],
+                                     ["check-logs"]])
+def test_unknown_service_lists_the_configured_ones(workdir, monkeypatch, command):
+    result = _invoke(*command, "-s", "frod", cwd=workdir, monkeypatch=monkeypatch)
+    assert result.exit_code == 2, result.output
+    assert "frod" in result.output and "churn" in result.output, result.output
+
+
+def test_a_silence_for_a_service_matches_its_alerts_only(workdir, monkeypatch):
+    created = _invoke("silence", "create", "-s", "churn", "-f", "json", *NOW, cwd=workdir, monkeypatch=monkeypatch)
+    assert json.loads(created.stdout)["matchers"] == [{"name": "service", "op": "=", "value": "churn"}]
+    listed = _invoke("silence", "list", "-s", "churn", "-f", "json", *NOW, cwd=workdir, monkeypatch=monkeypatch)
+    assert [s["id"] for s in json.loads(listed.stdout)] == [json.loads(created.stdout)["id"]]
+    assert _invoke("silence", "create", *NOW, cwd=workdir, monkeypatch=monkeypatch).exit_code == 2
