@@ -99,8 +99,8 @@ def query_findings(
         emit(q.group_findings(frame, split_list(group_by)), fmt, out, title=f"findings of {svc.name} by {group_by}")
         return
     emit(frame, fmt, out, title=f"findings of {svc.name}", json_records=q.finding_records,
-         columns=["window_start", "window_end", "model_version", "check", "labels", "status", "value",
-                  "baseline", "n", "interval_low", "interval_high"], severity=("status", q.STATUS_RANK))
+         columns=["window_start", "check", "labels", "status", "value", "baseline", "model_version", "n",
+                  "window_end", "interval_low", "interval_high"], severity=("status", q.STATUS_RANK))
 
 
 @query_app.command("metrics")
@@ -161,7 +161,7 @@ def query_quarantine(
         emit(frame, fmt, out, title=f"quarantine of {svc.name} by {group_by}")
         return
     emit(frame, fmt, out, title=f"quarantine of {svc.name}", after="line",
-         columns=["id", "created_at", "kind", "reason", "field", "source", "position"])
+         columns=["id", "created_at", "reason", "field", "source", "position", "tick_id"])
 
 
 @query_app.command("verdicts")
@@ -177,8 +177,8 @@ def query_verdicts(
     frame = _run(lambda: q.verdicts(store, svc.name, since=start, until=end, model_version=version,
                                     verdict=verdict, incident_id=incident))
     emit(frame, fmt, out, title=f"verdicts of {svc.name}", json_records=q.verdict_records,
-         columns=["window_start", "window_end", "model_version", "verdict", "estimated", "evidence",
-                  "incident_id"], severity=("verdict", q.VERDICT_RANK))
+         columns=["window_start", "verdict", "model_version", "incident_id", "evidence", "estimated",
+                  "window_end"], severity=("verdict", q.VERDICT_RANK))
 
 
 @query_app.command("incidents")
@@ -193,7 +193,7 @@ def query_incidents(
     frame = _run(lambda: q.incidents(store, svc.name, since=start, until=end, model_version=version,
                                      status=status))
     emit(frame, fmt, out, title=f"incidents of {svc.name}",
-         columns=["id", "verdict", "status", "model_version", "opened_at", "resolved_at", "first_window_start",
+         columns=["id", "status", "verdict", "model_version", "opened_at", "resolved_at", "first_window_start",
                   "last_window_end"], severity=("status", {"open": 0, "resolved": 1}))
 
 
@@ -286,26 +286,27 @@ def compare_cmd(
 
 
 def _comparison(frame, baseline: str, candidate: str, title: str) -> Table:
-    """The metrics of `compare` with their units: shares as %, their difference in percentage points, the
-    ratio candidate / baseline as ×."""
+    """The metrics of `compare` with their units: shares as %, their difference in percentage points (pp), the
+    ratio candidate / baseline as ×; numbers with thousands separators."""
     shown = Table(title=title)
-    shown.add_column("metric", no_wrap=True)
+    shown.add_column("metric", overflow="fold", min_width=8)
+    shown.add_column("unit", no_wrap=True)
     for name in (baseline, candidate, "difference", "ratio"):
         shown.add_column(name, justify="right", no_wrap=True)
     for row in frame.itertuples(index=False):
         share = row.unit == "share"
-        suffix = {"share": "", "count": "", "": ""}.get(row.unit, f" {row.unit}")
 
-        def value(v, share=share, suffix=suffix) -> str:
-            return "-" if v is None or pd.isna(v) else (f"{v:.2%}" if share else cell(float(v)) + suffix)
+        def value(v, share=share) -> str:
+            return "-" if v is None or pd.isna(v) else f"{v:.2%}" if share else cell(float(v))
 
         diff = row.difference
         if diff is None or pd.isna(diff):
             change = "-"
         else:
-            change = f"{diff * 100:+.2f} pp" if share else ("+" if diff > 0 else "") + cell(float(diff)) + suffix
+            change = f"{diff * 100:+.2f} pp" if share else ("+" if diff > 0 else "") + cell(float(diff))
         ratio = "-" if row.ratio is None or pd.isna(row.ratio) else "×" + cell(float(row.ratio))
-        shown.add_row(Text(row.metric), value(row.baseline), value(row.candidate), change, ratio)
+        shown.add_row(Text(row.metric), "%" if share else row.unit, value(row.baseline), value(row.candidate),
+                      change, ratio)
     return shown
 
 

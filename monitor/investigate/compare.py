@@ -112,8 +112,8 @@ def _number(value) -> float | None:
 
 
 def unit(metric: str) -> str:
-    """The unit a compared metric is in: ms, h, req/s, share (0..1), count, $ per 1,000 ok predictions, or ''
-    (an index: PSI, quality scores)."""
+    """The unit a compared metric is in: ms, h, req/s, share (0..1), count, /1k ok (the price's currency per
+    1,000 ok predictions), or '' (an index: PSI, quality scores)."""
     if metric.endswith("_ms"):
         return "ms"
     if metric == "serving_hours":
@@ -125,7 +125,7 @@ def unit(metric: str) -> str:
     if metric in ("requests", "ok", "timeout", "rejected", "error"):
         return "count"
     if metric == "cost_per_1k":
-        return "per 1k ok"
+        return "/1k ok"
     return ""
 
 

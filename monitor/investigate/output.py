@@ -143,7 +143,8 @@ def cell(value: Any, whole: bool = False) -> str:
 
 
 # Columns whose cells are copied into other commands: shown whole on one line, never folded.
-WHOLE = ("id", "fingerprint", "model_version", "check", "status", "verdict", "kind", "reason", "field", "metric")
+WHOLE = ("id", "fingerprint", "model_version", "check", "status", "verdict", "kind", "reason", "field", "source",
+         "metric")
 MIN_WIDTH = 8  # a folded column keeps at least this many characters a line (or its header's)
 
 
@@ -158,7 +159,8 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
     """`frame` as a rich table of `columns` (default: all). Ids, names and times are never wrapped nor cut,
     numbers never wrapped, other text folds; of a command's own pick of `columns`, those empty in every row
     are left out (the columns of a user's own SQL are all kept). Narrower than the table needs (`width`
-    characters), the last columns that are not ids are left out and the caption names them."""
+    characters), the last columns are left out (columns come most telling first) and the caption names
+    them: what is shown is never cut."""
     names = [c for c in (columns or list(frame.columns)) if c in frame.columns]
     if columns is not None:
         # A column with no value in any row only takes width from the ones that say something.
@@ -175,12 +177,8 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
                        for n in shown)
 
     shown, left_out = list(names), []
-    while width is not None and needs(shown) > width:
-        droppable = [n for n in shown if kinds[n] != "whole"]
-        if not droppable:
-            break
-        left_out.insert(0, droppable[-1])
-        shown.remove(droppable[-1])
+    while width is not None and needs(shown) > width and len(shown) > 1:
+        left_out.insert(0, shown.pop())  # columns come most telling first
     out = Table(title=title, show_lines=False)
     for name in shown:
         justify = "right" if kinds[name] == "number" else "left"
@@ -225,8 +223,9 @@ def emit(frame: pd.DataFrame, fmt: str, console: Console, *, title: str | None =
     else:
         shown = by_severity(frame, *severity) if severity else frame
         console.print(table(shown, title, columns, width=console.width))
-        if after:
+        lines = [(key, text) for key, text in zip(shown.get("id", shown.index), shown[after] if after else [],
+                                                  strict=False) if isinstance(text, str)]
+        if lines:
             console.print(Text(f"{after}, by id:", style="dim"))
-        for key, text in zip(shown.get("id", shown.index), shown[after] if after else [], strict=False):
-            if text is not None and not (isinstance(text, float) and pd.isna(text)):
-                console.print(Text(f"{key}: ", style="dim") + Text(str(text)), soft_wrap=True)
+        for key, text in lines:
+            console.print(Text(f"{key}: ", style="dim") + Text(text), soft_wrap=True)
