@@ -214,3 +214,19 @@ def test_a_silence_for_a_service_matches_its_alerts_only(workdir, monkeypatch):
     listed = _invoke("silence", "list", "-s", "churn", "-f", "json", *NOW, cwd=workdir, monkeypatch=monkeypatch)
     assert [s["id"] for s in json.loads(listed.stdout)] == [json.loads(created.stdout)["id"]]
     assert _invoke("silence", "create", *NOW, cwd=workdir, monkeypatch=monkeypatch).exit_code == 2
+
+
+def test_alerts_table_lists_the_most_severe_first_then_the_newest():
+    from datetime import UTC, datetime
+
+    from monitor.cli.alerts import _severity
+
+    def alert(name, state, severity, hour):
+        return {"name": name, "state": state, "labels": {"severity": severity},
+                "since": datetime(2026, 11, 2, hour, tzinfo=UTC)}
+
+    records = [alert("old-page", "firing", "page", 1), alert("pending-page", "pending", "page", 5),
+               alert("warn", "firing", "warn", 6), alert("new-page", "firing", "page", 3),
+               alert("resolved", "resolved", "page", 7)]
+    assert [r["name"] for r in sorted(records, key=_severity)] == ["new-page", "old-page", "warn", "pending-page",
+                                                                   "resolved"]
