@@ -62,8 +62,9 @@ def reference_build(
     store = open_store(cfg)
     chosen = some_services(cfg, service)
     table = Table(title="reference profiles")
-    for col in ("service", "rows", "fields", "fingerprint", "source"):
-        table.add_column(col)
+    for col in ("service", "rows", "fingerprint", "fields", "source"):
+        table.add_column(col, justify="right" if col == "rows" else "left", overflow="fold",
+                         no_wrap=col in ("service", "rows", "fingerprint"), min_width=8 if col == "fields" else None)
     concerns = Table(title="reference concerns: what to fix before trusting it")
     for col in ("service", "field", "concern", "seen", "suggested fix"):
         concerns.add_column(col, overflow="fold")
@@ -80,7 +81,7 @@ def reference_build(
         built.append({"service": svc.name, "rows": profile.rows, "fields": list(profile.fields),
                       "fingerprint": profile.fingerprint, "source": str(svc.reference.path),
                       "concerns": [c.as_dict() for c in found]})
-        table.add_row(escape(svc.name), f"{profile.rows:,}", escape(", ".join(profile.fields)), profile.fingerprint,
+        table.add_row(escape(svc.name), f"{profile.rows:,}", profile.fingerprint, escape(", ".join(profile.fields)),
                       escape(str(svc.reference.path)))
         for c in found:
             concerns.add_row(escape(svc.name), escape(c.field or "(reference)"), c.kind, escape(c.detail),

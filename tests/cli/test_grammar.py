@@ -142,14 +142,14 @@ RUNS = {
     "query sql": ["query", "sql", "SELECT id, now, NULL AS unset FROM ticks"],
     "query logs": ["query", "logs", *DAYS],
     "report": ["report", *DAYS, "--no-evidently", "--output", "report.html"],
+    "scan": ["scan", "dataset", *NOW],
 }
 # What the fixture cannot give these; where their JSON is checked instead.
 NEEDS_MORE = {
-    "scan": "a Parquet dataset of joined rows (tests/engines)",
     "demo": "hours of simulated traffic (tests/monitor/test_demo.py)",
-    "compare": "two stored model versions (tests/query/test_tables.py)",
+    "compare": "two stored model versions (tests/query/test_explain_and_cli.py)",
     "explain": "an incident (tests/query/test_explain_and_cli.py)",
-    "reference build": "a reference dataset (tests/checks)",
+    "reference build": "a reference dataset (tests/checks/test_small_reference.py)",
 }
 
 
@@ -158,6 +158,11 @@ def test_every_command_is_run_or_says_what_it_needs():
 
 
 def test_json_output_parses_and_writes_times_as_rfc3339_utc(workdir, monkeypatch):
+    from monitor.daemon.engines import dataset
+
+    # `scan`'s input: the fixture's predictions as a joined Parquet dataset
+    dataset.write_dataset(dataset.joined_rows(dataset.read_jsonl(workdir / "logs" / "predictions"), None),
+                          workdir / "dataset")
     found = 0
     for path, args in RUNS.items():
         result = _invoke(*args, "-f", "json", cwd=workdir, monkeypatch=monkeypatch)
