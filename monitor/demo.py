@@ -54,7 +54,9 @@ def demo_config(work: Path) -> dict:
     }
 
 
-def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console: Console) -> None:
+def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console: Console) -> dict:
+    """Run `scenario` for `hours` simulated hours, print what tailwatch saw on `console`; returns the summary
+    record (what was read, breaches, incidents, the ground truth)."""
     from monitor.simulate import ALL_SCENARIOS, generate
 
     if scenario not in ALL_SCENARIOS:
@@ -75,7 +77,8 @@ def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console:
         store.upgrade()
         # The daemon's tick job: ingest and checks, then verdicts, alerts and the (unconfigured) Slack outbox.
         reports = replay(work, cfg, store, truth, console, job=tick_job)
-        _show(console, store, reports, truth)
+        summary = {"scenario": scenario, "hours": hours, "seed": seed, "kept_in": str(work) if keep else None,
+                   **_show(console, store, reports, truth, keep)}
         store.dispose()
         if keep:
             console.print(f"\nlogs, config and database kept in {work}; try "
@@ -83,6 +86,7 @@ def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console:
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+    return summary
 
 
 def _lines_with_time(folder: Path, time_col: str) -> pd.DataFrame:
@@ -133,7 +137,7 @@ def replay(work: Path, cfg, store: Store, truth, console: Console | None = None,
     return reports
 
 
-def _show(console: Console, store: Store, reports: list[TickReport], truth) -> None:
+def _show(console: Console, store: Store, reports: list[TickReport], truth, keep: Path | None) -> dict:
     read, accepted, quarantined = Counter(), Counter(), Counter()
     for r in reports:
         read.update(r.read)
@@ -155,7 +159,9 @@ def _show(console: Console, store: Store, reports: list[TickReport], truth) -> N
     console.print(f"[dim]the demo appended {len(BROKEN_LINES)} malformed lines on purpose: "
                   f"{'; '.join(why for _, why in BROKEN_LINES)}[/]")
     console.print(_hourly(store, truth))
-    console.print(_breaches(store, truth))
+    breaches = _breach_groups(store)
+    for part in _breaches(breaches, truth, keep):
+        console.print(part, soft_wrap=isinstance(part, Text))
     console.print(_verdicts(store, truth))
     for panel in _incidents(store):
         console.print(panel)
@@ -169,6 +175,12 @@ def _show(console: Console, store: Store, reports: list[TickReport], truth) -> N
         f"versions: {truth.model_versions}   affected: {truth.affected}\n"
         f"expected findings: {', '.join(truth.expected_findings) or 'none'}",
         title="ground truth", expand=False))
+    with store.transaction() as session:
+        incidents = store.incidents.load(session, "churn")[::-1]
+    return {"ticks": len(reports), "read": dict(read), "accepted": dict(accepted), "quarantined": dict(quarantined),
+            "breaches": [{k: v for k, v in g.items() if k != "found"} for g in breaches],
+            "incidents": [{k: i[k] for k in ("id", "verdict", "status", "opened_at")} for i in incidents],
+            "truth": {"verdict": truth.verdict, "onset": _onset(truth), "what_changed": truth.what_changed}}
 
 
 def _onset(truth) -> datetime | None:
@@ -234,44 +246,61 @@ def _incidents(store: Store) -> list[Panel]:
 DEMO_WINDOW = timedelta(minutes=15)
 
 
-def _breaches(store: Store, truth, limit: int = 10) -> Table | str:
-    """Breaching findings of the 15-minute windows, one line per check and labels, earliest first."""
+def _breach_groups(store: Store) -> list[dict]:
+    """Breaching findings of the 15-minute windows, one per check and labels, most severe first (the largest
+    departure of a window from its baseline, relative to it), then earliest."""
     with store.transaction() as session:
         # All traffic only: the per-segment findings repeat the same story once per segment.
         rows = [f for f in store.findings.load(session, "churn")
                 if f["status"] == "breach" and f["window_end"] - f["window_start"] == DEMO_WINDOW
                 and "segment" not in f["labels"]]
-    if not rows:
-        return "[green]no breaches: every 15-minute window stayed within its thresholds[/]"
     groups: dict[tuple, list[dict]] = {}
     for f in rows:
         key = (f["check"], f["model_version"], " ".join(str(v) for _, v in sorted(f["labels"].items())))
         groups.setdefault(key, []).append(f)
+    out = [{"check": check, "model_version": version, "what": labels, "windows": len(found),
+            "first_window": found[0]["window_start"], "value": found[0]["value"], "baseline": found[0]["baseline"],
+            "severity": max(_departure(f) for f in found), "found": found}
+           for (check, version, labels), found in groups.items()]
+    return sorted(out, key=lambda g: (-g["severity"], g["first_window"], g["check"], g["what"]))
+
+
+def _departure(finding: dict) -> float:
+    """How far a finding's value is from its baseline, relative to the baseline; 0 when either is missing."""
+    value, baseline = finding["value"], finding["baseline"]
+    if value is None or baseline is None:
+        return 0.0
+    return abs(value - baseline) / abs(baseline) if baseline else float(value != baseline)
+
+
+def _breaches(groups: list[dict], truth, keep: Path | None, limit: int = 10) -> list[Table | Text | str]:
+    """The breach groups as a table, the first `limit` of them; under a cut table, the command that shows the
+    rest (a line of its own: it is copied, never wrapped inside the table)."""
+    if not groups:
+        return ["[green]no breaches: every 15-minute window stayed within its thresholds[/]"]
     onset = _onset(truth)
-    table = Table(title="what tailwatch found: breaching 15-minute windows")
-    several = len({version for _, version, _ in groups}) > 1
+    table = Table(title="what tailwatch found: breaching 15-minute windows, most severe first")
+    several = len({g["model_version"] for g in groups}) > 1
     for col in ("from", "windows", "check", "what", "value", "baseline"):
         table.add_column(col, justify="right" if col in ("windows", "value", "baseline") else "left",
                          no_wrap=col != "what")
-    # Within a window, stages and totals before the per-input-length rows that repeat them by bucket.
-    ordered = sorted(groups.items(), key=lambda kv: (kv[1][0]["window_start"], "length" in kv[1][0]["labels"],
-                                                     kv[0]))
-    for (check, version, labels), found in ordered[:limit]:
-        first = found[0]
-        when = first["window_start"]
+    for g in groups[:limit]:
+        when = g["first_window"]
         mark = " ◀" if onset is not None and when <= onset < when + DEMO_WINDOW else ""
-        what = f"{version} {labels}" if several else labels
-        table.add_row(f"{when:%H:%M}{mark}", str(len(found)), check, what,
-                      _fmt(first["value"]), _fmt(first["baseline"]))
-    if len(ordered) > limit:
-        table.caption = f"and {len(ordered) - limit} more; ◀ the window holding the onset"
-    else:
-        table.caption = "◀ the window holding the onset"
-    return table
+        what = f"{g['model_version']} {g['what']}" if several else g["what"]
+        table.add_row(f"{when:%H:%M}{mark}", f"{g['windows']:,}", g["check"], what, _fmt(g["value"]),
+                      _fmt(g["baseline"]))
+    table.caption = "◀ the window holding the onset"
+    if len(groups) <= limit:
+        return [table]
+    config = f"--config {keep / 'tailwatch.yaml'} " if keep else ""
+    rerun = "" if keep else " (after a rerun of the demo with --keep DIR: the database is gone)"
+    return [table, Text(f"{len(groups) - limit:,} more breaching windows; all of them: "
+                        f"tailwatch {config}query findings --status breach --window 15m --segment all{rerun}")]
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
+    return "-" if value is None else f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
 def _hourly(store: Store, truth) -> Table:

@@ -172,6 +172,11 @@ class Partials(Repository):
         """Every service with stored partials."""
         return list(session.scalars(select(BucketPartial.service).distinct().order_by(BucketPartial.service)))
 
+    def versions(self, session: Session, service: str) -> list[str]:
+        """Every model version of `service` with stored partials, sorted."""
+        return list(session.scalars(select(BucketPartial.model_version).distinct()
+                                    .where(BucketPartial.service == service).order_by(BucketPartial.model_version)))
+
 
 class Profiles(Repository):
     """The reference profile of each service."""

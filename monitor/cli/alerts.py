@@ -9,7 +9,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor import config as config_mod
-from monitor.cli.common import Format, err, fail, load_config, open_store, out, parse_now, render
+from monitor.cli.common import (
+    Format,
+    Service,
+    Services,
+    err,
+    fail,
+    load_config,
+    one_service,
+    open_store,
+    out,
+    parse_now,
+    render,
+    some_services,
+)
 
 silence_app = typer.Typer(no_args_is_help=True, help="Silences: mute notifications of matching alerts for a while.")
 notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")
@@ -18,22 +31,24 @@ notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what th
 def alerts_list(
     show_all: Annotated[bool, typer.Option("--all", help="Also inactive and resolved alerts.")] = False,
     now: Annotated[str | None, typer.Option(help="The clock for silences (RFC 3339); default: now.")] = None,
+    service: Services = None,
     fmt: Format = "table",
 ) -> None:
     """List active (pending and firing) alerts with their verdict, since when, what mutes them, and whether
-    their notifications went out."""
+    their notifications went out; the table most severe first (firing, then pages), then newest."""
     from monitor.alerts.alert import Alert
     from monitor.alerts.silence import muted_by
     from monitor.notify import undeliverable
 
     cfg = load_config()
+    names = {s.name for s in some_services(cfg, service)}
     store = open_store(cfg)
     clock = parse_now(now)
     why = undeliverable(cfg)
     with store.transaction() as session:
         rows = store.alerts.load(session, by_name=True)
         silences = store.silences.load(session, clock)
-        incidents = store.incidents.load(session, status="open")
+        incidents = store.incidents.load(session, service=service, status="open")
         by_group = {i["fingerprint"]: i["id"] for i in incidents}
         items = store.outbox.of_incidents(session, list(by_group.values()))
     outbox: dict[int, list] = {}
@@ -42,7 +57,9 @@ def alerts_list(
     alerts = [Alert(r.fingerprint, dict(r.labels or {}), r.state, r.active_since, r.fired_at, r.resolved_at,
                     r.last_active_at, r.last_eval_at, dict(r.annotations or {})) for r in rows]
     firing = [a for a in alerts if a.state == "firing"]
-    shown = [a for a in alerts if show_all or a.state in ("pending", "firing")]
+    # An alert of no one service (the daemon's own) is shown with every service.
+    shown = [a for a in alerts if (show_all or a.state in ("pending", "firing"))
+             and a.labels.get("service", next(iter(names))) in names]
     groups = {r.fingerprint: r.group_fingerprint for r in rows}
     records = [{"fingerprint": a.fingerprint, "state": a.state, "labels": a.labels,
                 "since": (a.fired_at or a.active_since or a.resolved_at),
@@ -58,8 +75,9 @@ def alerts_list(
         return
     table = Table(title=f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))")
     for col in ("state", "alert", "labels", "since (UTC)", "muted", "notified", "summary"):
-        table.add_column(col, overflow="fold")
-    for r in records:
+        table.add_column(col, overflow="fold", no_wrap=col in ("state", "alert", "since (UTC)"),
+                         min_width=None if col in ("state", "alert", "since (UTC)") else 8)
+    for r in sorted(records, key=_severity):
         labels = {k: v for k, v in r["labels"].items() if k != "alertname"}
         since = r["since"].strftime("%Y-%m-%d %H:%M") if r["since"] else "-"
         delivery = f"[red]{escape(r['delivery'])}[/]" if r["delivery"].startswith("UNDELIVERABLE") else escape(r["delivery"])
@@ -71,6 +89,17 @@ def alerts_list(
         err.print(f"[red]error:[/] notifications undeliverable: {escape(why)}", highlight=False)
     if not shown:
         out.print("[green]no active alerts[/]")
+
+
+STATE_RANK = {"firing": 0, "pending": 1, "resolved": 2, "inactive": 3}
+
+
+def _severity(record: dict) -> tuple:
+    """Most severe first: firing before pending before the rest, pages before warnings, then the newest."""
+    from monitor.alerts.alert import SEVERITY_RANK
+
+    since = record["since"].timestamp() if record["since"] else 0.0
+    return (STATE_RANK.get(record["state"], 4), SEVERITY_RANK.get(record["labels"].get("severity"), 3), -since)
 
 
 def _delivery(cfg, why: str, items: list[tuple[str, str | None]]) -> str:
@@ -91,72 +120,89 @@ def _delivery(cfg, why: str, items: list[tuple[str, str | None]]) -> str:
 
 @silence_app.command("create")
 def silence_create(
-    matcher: Annotated[list[str], typer.Option("--matcher", "-m", help="label=value, label!=value, label=~regex "
-                                                "or label!~regex; repeat for several (all must match).")],
+    matcher: Annotated[list[str] | None, typer.Option("--matcher", "-m", help="label=value, label!=value, "
+                                                       "label=~regex or label!~regex; repeat for several (all must "
+                                                       "match).")] = None,
+    service: Annotated[str | None, typer.Option("--service", "-s", help="Only alerts of this service (the "
+                                                "matcher service=NAME).")] = None,
     duration: Annotated[str, typer.Option(help="How long, e.g. 2h, 30m, 1d.")] = "2h",
     comment: Annotated[str, typer.Option(help="Why (shown in `silence list`).")] = "",
     created_by: Annotated[str | None, typer.Option("--by", help="Who (default: $USER).")] = None,
     now: Annotated[str | None, typer.Option(help="Start (RFC 3339); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
-    """Mute notifications of every alert matching all the matchers, for `duration`."""
+    """Mute notifications of every alert matching all the matchers (and of `--service`), for `duration`."""
     import getpass
 
     from monitor.alerts.silence import parse_matcher
 
+    if not matcher and service is None:
+        fail("give at least one --matcher or --service")
     try:
-        matchers = [parse_matcher(m) for m in matcher]
+        matchers = [parse_matcher(m) for m in matcher or []]
         length = config_mod.parse_duration(duration)
     except ValueError as exc:
         fail(str(exc))
     if length.total_seconds() <= 0:
         fail(f"--duration: must be positive, got {duration!r}")
     cfg = load_config()
+    if service is not None:
+        matchers.append({"name": "service", "op": "=", "value": one_service(cfg, service).name})
     store = open_store(cfg)
     start = parse_now(now)
     with store.transaction() as session:
         sid = store.silences.add(session, matchers, created_by or getpass.getuser(), comment, start, start + length)
-    out.print(f"silence {sid} until {start + length:%Y-%m-%d %H:%M} UTC: "
-              + ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in matchers), highlight=False)
+    record = {"id": sid, "matchers": matchers, "starts_at": start, "ends_at": start + length}
+    render([record], fmt, lambda: out.print(
+        f"silence {sid} until {start + length:%Y-%m-%d %H:%M} UTC: "
+        + ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in matchers), highlight=False, soft_wrap=True),
+        document=record)
 
 
 def accept(
     version: Annotated[str, typer.Argument(help="The version value: a model_version, preprocess_version or config_hash.")],
-    service: Annotated[str | None, typer.Option(help="The service (default: the only one).")] = None,
+    service: Service = None,
     comment: Annotated[str, typer.Option(help="Why it is good.")] = "",
     accepted_by: Annotated[str | None, typer.Option("--by", help="Who (default: $USER).")] = None,
     now: Annotated[str | None, typer.Option(help="When (RFC 3339); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
     """Accept a version as good: its windows are then compared with its own history, not with the last
     accepted version before it (see docs/alerts.md, Baselines)."""
     import getpass
 
     cfg = load_config()
-    chosen = [s for s in cfg.services if service in (None, s.name)]
-    if len(chosen) != 1:
-        fail(f"--service: {'no service named ' + repr(service) if service else 'several services'}; "
-             f"one of {[s.name for s in cfg.services]}")
-    name = chosen[0].name
+    name = one_service(cfg, service).name
     store = open_store(cfg)
     with store.transaction() as session:
         seen = [v for v in store.versions.load(session, name) if v["value"] == version]
         new = store.versions.accept(session, name, version, parse_now(now), accepted_by or getpass.getuser(), comment)
     what = ", ".join(f"{v['kind']} first seen {v['first_seen']:%Y-%m-%d %H:%M} UTC" for v in seen) or "not seen yet"
-    out.print(f"{escape(name)}: {escape(version)} {'accepted' if new else 'was already accepted'} ({what})",
-              highlight=False)
+    record = {"service": name, "version": version, "accepted": new, "seen": seen}
+    render([record], fmt, lambda: out.print(
+        f"{escape(name)}: {escape(version)} {'accepted' if new else 'was already accepted'} ({what})",
+        highlight=False), document=record)
 
 
 @silence_app.command("list")
 def silence_list(
     show_all: Annotated[bool, typer.Option("--all", help="Also expired silences.")] = False,
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+    service: Annotated[str | None, typer.Option("--service", "-s", help="Only silences that can mute alerts of "
+                                                "this service.")] = None,
     fmt: Format = "table",
 ) -> None:
     """List silences in force (or all of them)."""
+    from monitor.alerts.silence import matches
+
     cfg = load_config()
+    names = [s.name for s in some_services(cfg, service)]
     store = open_store(cfg)
     clock = parse_now(now)
     with store.transaction() as session:
         rows = store.silences.load(session, None if show_all else clock)
+    if service is not None:  # its matchers on `service` hold for this one (no such matcher: every service)
+        rows = [r for r in rows if matches({"service": names[0]}, [m for m in r["matchers"] if m["name"] == "service"])]
     records = [{**r, "state": "active" if r["starts_at"] <= clock < r["ends_at"]
                 else ("expired" if r["ends_at"] <= clock else "pending")} for r in rows]
     if fmt != "table":
@@ -164,7 +210,8 @@ def silence_list(
         return
     table = Table(title="silences")
     for col in ("id", "matchers", "starts (UTC)", "ends (UTC)", "state", "by", "comment"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "starts (UTC)", "ends (UTC)", "state"),
+                         min_width=8 if col in ("matchers", "comment") else None)
     for r in records:
         state = r["state"]
         table.add_row(str(r["id"]), ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in r["matchers"]),
@@ -177,15 +224,18 @@ def silence_list(
 def silence_expire(
     silence_id: Annotated[int, typer.Argument(help="The silence id (see `tailwatch silence list`).")],
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
     """End a silence now."""
     cfg = load_config()
     store = open_store(cfg)
+    clock = parse_now(now)
     with store.transaction() as session:
-        done = store.silences.expire(session, silence_id, parse_now(now))
+        done = store.silences.expire(session, silence_id, clock)
     if not done:
         fail(f"no silence {silence_id} in force")
-    out.print(f"silence {silence_id} expired")
+    record = {"id": silence_id, "expired_at": clock}
+    render([record], fmt, lambda: out.print(f"silence {silence_id} expired"), document=record)
 
 
 @notify_app.command("drain")

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import pandas as pd
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
@@ -20,6 +20,9 @@ from monitor.investigate.output import FORMATS, dumps, emit, json_cell, time_ran
 
 Format = Annotated[Literal[FORMATS], typer.Option("--format", "-f",
                                      help="table, json or csv (csv: the rows of the json, flattened).")]
+
+Service = Annotated[str | None, typer.Option("--service", "-s", help="The service (default: the only one).")]
+Services = Annotated[str | None, typer.Option("--service", "-s", help="Only this service (default: every one).")]
 
 out = Console()
 err = Console(stderr=True)
@@ -40,6 +43,33 @@ def one_of(option: str, value: str, valid: list[str]) -> None:
     """Fail (exit 2) unless `value` is one of `valid`, listing them."""
     if value not in valid:
         fail(f"{option}: no {option.lstrip('-')} {value!r}; one of: {', '.join(valid) or '(none configured)'}")
+
+
+def one_service(cfg: config_mod.Config, name: str | None) -> config_mod.Service:
+    """The service `--service` names, or the only one configured; else a one-line error listing them."""
+    if name is None:
+        if len(cfg.services) == 1:
+            return cfg.services[0]
+        fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
+    one_of("--service", name, [s.name for s in cfg.services])
+    return next(s for s in cfg.services if s.name == name)
+
+
+def some_services(cfg: config_mod.Config, name: str | None) -> list[config_mod.Service]:
+    """Every configured service, or only the one `--service` names (an unknown name is an error listing them)."""
+    if name is None:
+        return list(cfg.services)
+    return [one_service(cfg, name)]
+
+
+def known_version(store, service: str, option: str, version: str | None) -> None:
+    """Fail (exit 2) unless `version` is None or a model version `service` has stored buckets of, listing them."""
+    if version is not None:
+        with store.transaction() as session:
+            stored = store.partials.versions(session, service)
+        if version not in stored:
+            fail(f"{option}: no stored model version {version!r} of service {service}; "
+                 f"one of: {', '.join(stored) or '(none stored yet)'}")
 
 
 def load_config() -> config_mod.Config:
@@ -136,9 +166,18 @@ class Grammar(TyperGroup):
         return super().make_context(info_name, args, parent, **extra)
 
 
+class Positional(TyperArgument):
+    """A positional argument in the help: its metavar (DATASET, INCIDENT), without a Python type beside it."""
+
+    def display_type_rich(self, ctx) -> str | None:
+        return None
+
+
 def _metavars(command, ctx) -> None:
     help_option = command.get_help_option(ctx)
     for param in [*command.params, *([help_option] if help_option else [])]:
+        if isinstance(param, TyperArgument):
+            param.__class__ = Positional
         descriptor = getattr(param, "type_descriptor", None)
         if param.metavar is not None or (descriptor is not None and descriptor.is_choice):
             continue  # a choice shows its values (table|csv|json)

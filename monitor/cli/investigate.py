@@ -9,15 +9,30 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import pandas as pd
 import typer
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from monitor.cli.common import Format, fail, load_config, one_of, open_store, parse_range
+from monitor.cli.common import (
+    Format,
+    Service,
+    fail,
+    known_version,
+    load_config,
+    one_of,
+    one_service,
+    open_store,
+    parse_range,
+    render,
+)
 from monitor.cli.progress import progress
 from monitor.config import ConfigError
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
 from monitor.investigate.output import (
+    cell,
     dumps,
     emit,
     json_records,
@@ -29,24 +44,17 @@ from monitor.investigate.output import (
 out = Console()
 DEFAULT_RANGE = timedelta(hours=24)
 
-Service = Annotated[str | None, typer.Option("--service", "-s", help="Service name (default: the only one).")]
 Since = Annotated[str | None, typer.Option(help="Start (RFC 3339, UTC) or a duration before now (6h, 7d).")]
 Until = Annotated[str | None, typer.Option(help="End, exclusive (RFC 3339, UTC) or a duration before now.")]
 Version = Annotated[str | None, typer.Option("--version", help="Only this model version.")]
 
 
-def _service(cfg, name: str | None):
-    if name is None:
-        if len(cfg.services) == 1:
-            return cfg.services[0]
-        fail(f"--service: several services configured ({', '.join(s.name for s in cfg.services)}); pick one")
-    one_of("--service", name, [s.name for s in cfg.services])
-    return next(s for s in cfg.services if s.name == name)
-
-
-def _setup(service: str | None, fmt: str):
+def _setup(service: str | None, version: str | None = None):
+    """The config, the service `--service` names and the store; `version` must be one the service stored."""
     cfg = load_config()
-    return cfg, _service(cfg, service), open_store(cfg)
+    svc, store = one_service(cfg, service), open_store(cfg)
+    known_version(store, svc.name, "--version", version)
+    return cfg, svc, store
 
 
 def _run(fn: Callable[[], Any]) -> Any:
@@ -77,7 +85,7 @@ def query_findings(
     from monitor.config import parse_duration
     from monitor.durations import duration_text
 
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service, version)
     start, end = parse_range(since, until)
     if check is not None and not check.startswith("slo:"):
         one_of("--check", check, list(names()))
@@ -92,8 +100,8 @@ def query_findings(
         emit(q.group_findings(frame, split_list(group_by)), fmt, out, title=f"findings of {svc.name} by {group_by}")
         return
     emit(frame, fmt, out, title=f"findings of {svc.name}", json_records=q.finding_records,
-         columns=["window_start", "window_end", "model_version", "check", "labels", "status", "value",
-                  "baseline", "n", "interval_low", "interval_high"])
+         columns=["window_start", "check", "labels", "status", "value", "baseline", "model_version", "n",
+                  "window_end", "interval_low", "interval_high"], severity=("status", q.STATUS_RANK))
 
 
 @query_app.command("metrics")
@@ -107,7 +115,7 @@ def query_metrics(
     """Requests, status rates, latency percentiles per stage, cache, signals: merged from the bucket partials."""
     from monitor.config import parse_duration
 
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service, version)
     start, end = parse_range(since, until, default=DEFAULT_RANGE)
     step = _run(lambda: parse_duration(every)) if every else None
     groups = split_list(group_by)
@@ -130,7 +138,7 @@ def query_ticks(
     fmt: Format = "table",
 ) -> None:
     """Ticks: when, how they ended, what they read."""
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service)
     start, end = parse_range(since, until)
     emit(q.ticks(store, svc.name, since=start, until=end, status=status, limit=limit), fmt, out,
          title=f"ticks of {svc.name}")
@@ -146,11 +154,15 @@ def query_quarantine(
     fmt: Format = "table",
 ) -> None:
     """Rows that broke the data contract, with where they came from and why."""
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service)
     start, end = parse_range(since, until)
     frame = _run(lambda: q.quarantine(store, svc.name, since=start, until=end, reason=reason, kind=kind,
                                       group_by=split_list(group_by), limit=None if group_by else limit))
-    emit(frame, fmt, out, title=f"quarantine of {svc.name}")
+    if group_by:
+        emit(frame, fmt, out, title=f"quarantine of {svc.name} by {group_by}")
+        return
+    emit(frame, fmt, out, title=f"quarantine of {svc.name}", after="line",
+         columns=["id", "created_at", "reason", "field", "source", "position", "tick_id"])
 
 
 @query_app.command("verdicts")
@@ -161,13 +173,13 @@ def query_verdicts(
     fmt: Format = "table",
 ) -> None:
     """Verdicts per window and model version, with their evidence."""
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service, version)
     start, end = parse_range(since, until)
     frame = _run(lambda: q.verdicts(store, svc.name, since=start, until=end, model_version=version,
                                     verdict=verdict, incident_id=incident))
     emit(frame, fmt, out, title=f"verdicts of {svc.name}", json_records=q.verdict_records,
-         columns=["window_start", "window_end", "model_version", "verdict", "estimated", "evidence",
-                  "incident_id"])
+         columns=["window_start", "verdict", "model_version", "incident_id", "evidence", "estimated",
+                  "window_end"], severity=("verdict", q.VERDICT_RANK))
 
 
 @query_app.command("incidents")
@@ -177,13 +189,13 @@ def query_incidents(
     fmt: Format = "table",
 ) -> None:
     """Incidents: verdict, status, when opened and resolved."""
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service, version)
     start, end = parse_range(since, until)
     frame = _run(lambda: q.incidents(store, svc.name, since=start, until=end, model_version=version,
                                      status=status))
     emit(frame, fmt, out, title=f"incidents of {svc.name}",
-         columns=["id", "verdict", "status", "model_version", "opened_at", "resolved_at", "first_window_start",
-                  "last_window_end"])
+         columns=["id", "status", "verdict", "model_version", "opened_at", "resolved_at", "first_window_start",
+                  "last_window_end"], severity=("status", {"open": 0, "resolved": 1}))
 
 
 @query_app.command("sql")
@@ -217,7 +229,7 @@ def query_logs(
     """The slowest requests in the raw logs, and which versions, replicas, segments they share."""
     from monitor.investigate.logs import LogsError, drill
 
-    cfg, svc, _ = _setup(service, fmt)
+    cfg, svc, _ = _setup(service)
     start, end = parse_range(since, until, default=DEFAULT_RANGE)
     try:
         with progress("query logs") as observe:
@@ -236,7 +248,8 @@ def query_logs(
          f"({result.scanned:,} in range) by {stage or 'total latency'}"
          + (f"; {skipped:,} rows left out as the tick quarantines them" if skipped else ""))
     if fmt == "table" and not result.aggregates.empty:
-        out.print(table(result.aggregates.head(15), "what the matching requests share (lift = share / share of all)"))
+        out.print(table(result.aggregates.head(15), "what the matching requests share (lift = share / share of all)",
+                        width=out.width))
 
 
 def compare_cmd(
@@ -248,7 +261,9 @@ def compare_cmd(
     from monitor.aggregate.profile import stored_profile
     from monitor.investigate.compare import compare
 
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service)
+    known_version(store, svc.name, "--baseline", baseline)
+    known_version(store, svc.name, "--candidate", candidate)
     start, end = parse_range(since, until, default=DEFAULT_RANGE)
     profile, _ = stored_profile(store, svc) if svc.reference is not None else (None, None)
     result = _run(lambda: compare(store, svc, baseline, candidate, start, end, profile))
@@ -260,10 +275,10 @@ def compare_cmd(
     elif fmt == "csv":
         emit(result.table, fmt, out)
     else:
-        out.print(table(result.table.rename(columns={"baseline": baseline, "candidate": candidate}),
-                        f"{svc.name}: {baseline} vs {candidate}, {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"))
+        out.print(_comparison(result.table, baseline, candidate,
+                              f"{svc.name}: {baseline} vs {candidate}, {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"))
         if len(result.constraints):
-            out.print(table(result.constraints, "hard constraints"))
+            out.print(table(result.constraints, "hard constraints", width=out.width))
             out.print("[bold green]candidate passes every constraint[/]" if result.passed
                       else "[bold red]candidate fails a constraint[/]")
         else:
@@ -272,22 +287,52 @@ def compare_cmd(
         raise typer.Exit(1)
 
 
+def _comparison(frame, baseline: str, candidate: str, title: str) -> Table:
+    """The metrics of `compare` with their units: shares as %, their difference in percentage points (pp), the
+    ratio candidate / baseline as ×; numbers with thousands separators."""
+    shown = Table(title=title)
+    shown.add_column("metric", overflow="fold", min_width=8)
+    shown.add_column("unit", no_wrap=True)
+    for name in (baseline, candidate, "difference", "ratio"):
+        shown.add_column(name, justify="right", no_wrap=True)
+    for row in frame.itertuples(index=False):
+        share = row.unit == "share"
+
+        def value(v, share=share) -> str:
+            return "-" if v is None or pd.isna(v) else f"{v:.2%}" if share else cell(float(v))
+
+        diff = row.difference
+        if diff is None or pd.isna(diff):
+            change = "-"
+        else:
+            change = f"{diff * 100:+.2f} pp" if share else ("+" if diff > 0 else "") + cell(float(diff))
+        ratio = "-" if row.ratio is None or pd.isna(row.ratio) else "×" + cell(float(row.ratio))
+        shown.add_row(Text(row.metric), "%" if share else row.unit, value(row.baseline), value(row.candidate),
+                      change, ratio)
+    return shown
+
+
 def report_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML.")] = Path("report.html"),
     incident: Annotated[int | None, typer.Option(help="Report on this incident's windows.")] = None,
     service: Service = None, since: Since = None, until: Until = None,
     evidently: Annotated[bool, typer.Option(help="Embed Evidently's drift report (needs the raw logs).")] = True,
+    fmt: Format = "table",
 ) -> None:
-    """Write a self-contained HTML report: latency per stage over time, quality, drift, Evidently."""
+    """Write a self-contained HTML report: latency per stage over time, quality, drift, Evidently
+    (`--format` applies to the line saying what was written)."""
     from monitor.investigate.report import build_report
 
-    cfg, svc, store = _setup(service, "table")
+    cfg, svc, store = _setup(service)
     start, end = parse_range(since, until, default=None if incident is not None else DEFAULT_RANGE)
     with progress("report") as observe:
         html = _run(lambda: build_report(store, svc, cfg.limits, since=start, until=end, incident_id=incident,
                                          evidently=evidently, observe=observe))
     output.write_text(html, encoding="utf-8")
-    out.print(f"wrote {output} ({len(html) / 1e6:.1f} MB)")
+    record = {"wrote": str(output), "bytes": len(html.encode()), "service": svc.name, "since": start, "until": end,
+              "incident": incident}
+    render([record], fmt, lambda: out.print(f"wrote {output} ({len(html) / 1e6:.1f} MB)", soft_wrap=True),
+           document=record)
 
 
 def explain_cmd(
@@ -297,7 +342,7 @@ def explain_cmd(
     """Explain an incident: verdict, evidence chain, stage latency before and during, what changed, next queries."""
     from monitor.investigate.explain import explain, render
 
-    _, svc, store = _setup(service, fmt)
+    _, svc, store = _setup(service)
     groups = svc.quality.groups if svc.quality is not None else {}
     result = _run(lambda: explain(store, svc.name, incident, groups=groups))
     if fmt == "json":

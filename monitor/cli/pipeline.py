@@ -15,14 +15,18 @@ from rich.text import Text
 from monitor import config as config_mod
 from monitor.cli.common import (
     Format,
+    Service,
+    Services,
     _safe,
     fail,
     load_config,
+    one_service,
     open_store,
     out,
     parse_now,
     parse_range,
     render,
+    some_services,
 )
 from monitor.cli.progress import progress
 from monitor.durations import duration_text
@@ -31,22 +35,29 @@ from monitor.durations import duration_text
 def init(
     path: Annotated[Path, typer.Argument(help="Where to write the example config.")] = Path(config_mod.DEFAULT_PATH),
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+    fmt: Format = "table",
 ) -> None:
     """Write a commented example config."""
     if path.exists() and not force:
         fail(f"{path} exists; use --force to overwrite")
     path.write_text(config_mod.example(), encoding="utf-8")
-    out.print(f"wrote {path}; edit its sources and schema, then run `tailwatch db upgrade` and `tailwatch tick`")
+    record = {"wrote": str(path), "next": ["tailwatch db upgrade", "tailwatch tick"]}
+    render([record], fmt, lambda: out.print(f"wrote {path}; edit its sources and schema, then run "
+                                            "`tailwatch db upgrade` and `tailwatch tick`", soft_wrap=True),
+           document=record)
 
 
 def tick(
     now: Annotated[str | None, typer.Option(help="The clock for this tick (RFC 3339, UTC); default: now.")] = None,
+    service: Services = None,
     fmt: Format = "table",
 ) -> None:
     """Run one tick: ingest new rows, quarantine bad ones, join timings, store bucket counts."""
     from monitor.daemon.runner import tick as run_tick
 
     cfg = load_config()
+    if service is not None:
+        cfg = cfg.model_copy(update={"services": some_services(cfg, service)})
     store = open_store(cfg)
     with progress("tick") as observe:
         reports = run_tick(cfg, store, parse_now(now), observe)
@@ -97,21 +108,27 @@ def demo(
     hours: Annotated[float, typer.Option(help="Simulated hours.")] = 6.0,
     seed: Annotated[int, typer.Option(help="Simulator seed.")] = 7,
     keep: Annotated[Path | None, typer.Option(help="Keep the generated logs and database in this directory.")] = None,
+    fmt: Format = "table",
 ) -> None:
-    """Generate a simulated serving scenario, tick over it with an injected clock, show what was seen."""
+    """Generate a simulated serving scenario, tick over it with an injected clock, show what was seen
+    (`--format json|csv`: only its summary record)."""
     from monitor.demo import run_demo
 
     try:
-        run_demo(scenario=scenario, hours=hours, seed=seed, keep=keep, console=out)
+        summary = run_demo(scenario=scenario, hours=hours, seed=seed, keep=keep,
+                           console=out if fmt == "table" else Console(quiet=True))
     except ValueError as exc:
         fail(str(exc))
+    render([summary], fmt, lambda: None, document=summary)
 
 
 def run(
     once: Annotated[bool, typer.Option("--once", help="Run one tick job (tick, recovery, after-tick stages) and exit.")] = False,
     now: Annotated[str | None, typer.Option(help="With --once: the clock for the tick (RFC 3339, UTC); default: now.")] = None,
+    fmt: Format = "table",
 ) -> None:
-    """Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics."""
+    """Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics. With --once,
+    print the tick's reports in `--format` (the daemon itself logs as daemon.log_format says)."""
     from monitor.daemon import jobs, leader, logs
     from monitor.daemon.service import Daemon
     from storage.lock import for_store
@@ -135,6 +152,7 @@ def run(
         reports = jobs.tick_job(cfg, leader.Fenced(store, lock), parse_now(now))
     finally:
         lock.release()
+    render([tick_record(r) for r in reports], fmt, lambda: [print_report(report) for report in reports])
     if any(r.status != "ok" for r in reports):
         raise typer.Exit(1)
 
@@ -146,6 +164,7 @@ def backfill(
                                              "smallest configured window; daemon.interval plays no part).")] = None,
     staging: Annotated[Path | None, typer.Option(help="Directory for the replayed files (default: beside the SQLite file, or ./tailwatch-backfill).")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (rerun to resume).", min=1)] = None,
+    fmt: Format = "table",
 ) -> None:
     """Replay history in event-time order exactly as live ticks would; rerun the same command to resume."""
     from monitor.daemon import backfill as backfill_mod
@@ -173,14 +192,17 @@ def backfill(
         lock.release()
     resumed = f" (resumed after {result.resumed_from:%Y-%m-%d %H:%M})" if result.resumed_from else ""
     state = "done" if result.done else "stopped; rerun the same command to resume"
-    out.print(f"backfill run {result.run_id}: {result.steps} steps of {duration_text(result.step)}{resumed}, clock at "
-              f"{result.reached:%Y-%m-%d %H:%M} UTC: {state}")
+    record = {"run_id": result.run_id, "steps": result.steps, "step_seconds": result.step.total_seconds(),
+              "resumed_from": result.resumed_from, "reached": result.reached, "done": result.done}
+    render([record], fmt, lambda: out.print(
+        f"backfill run {result.run_id}: {result.steps:,} steps of {duration_text(result.step)}{resumed}, clock at "
+        f"{result.reached:%Y-%m-%d %H:%M} UTC: {state}", highlight=False), document=record)
 
 
 def nightly(
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339, UTC); default: now.")] = None,
     date: Annotated[str | None, typer.Option(help="Score as of the end of this UTC day (YYYY-MM-DD).")] = None,
-    service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
+    service: Services = None,
     fmt: Format = "table",
 ) -> None:
     """Score every matured window against its delayed labels (idempotent: a rerun rewrites the same results)."""
@@ -197,8 +219,7 @@ def nightly(
         except ValueError:
             fail(f"--date: not a date: {date!r} (use YYYY-MM-DD)")
     cfg = load_config()
-    if service is not None and service not in [s.name for s in cfg.services]:
-        fail(f"--service: no service named {service!r}")
+    some_services(cfg, service)
     store = open_store(cfg)
     if service is None:
         from monitor.daemon import retention
@@ -214,8 +235,8 @@ def nightly(
     for col in ("service", "windows", "matured", "findings", "breaches", "pruned", "failed as miss"):
         table.add_column(col, justify="left" if col == "service" else "right")
     for s in report.services:
-        table.add_row(s.service, str(s.windows), str(s.matured), str(s.findings), str(len(s.breaches)),
-                      str(s.pruned), "yes" if s.failed_as_miss else "no")
+        table.add_row(s.service, f"{s.windows:,}", f"{s.matured:,}", f"{s.findings:,}", f"{len(s.breaches):,}",
+                      f"{s.pruned:,}", "yes" if s.failed_as_miss else "no")
     out.print(table)
     for s in report.services:
         for line in s.breaches[:20]:
@@ -233,18 +254,15 @@ def scan(
     until: Annotated[str | None, typer.Option(help="Only rows with ts before this (RFC 3339, or a duration before --now).")] = None,
     engine: Annotated[str | None, typer.Option(help="local or dask (default: the config's engine.kind).")] = None,
     scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address (default: engine.scheduler).")] = None,
-    service: Annotated[str | None, typer.Option(help="The service the rows belong to (default: the only one).")] = None,
+    service: Service = None,
     now: Annotated[str | None, typer.Option(help="The clock (RFC 3339): windows ending later are not scored.")] = None,
+    fmt: Format = "table",
 ) -> None:
     """Fold a Parquet dataset into bucket partials (locally or on Dask), store them, score their windows."""
     from monitor.daemon.engines.scan import run_scan
-    from monitor.verdicts.stage import describe_labels
 
     cfg = load_config()
-    chosen = [s for s in cfg.services if service in (None, s.name)]
-    if len(chosen) != 1:
-        fail(f"--service: {'no service named ' + repr(service) if service else 'several services'}; "
-             f"one of {[s.name for s in cfg.services]}")
+    chosen = [one_service(cfg, service)]
     try:
         settings = cfg.engine.model_copy(update={k: v for k, v in (("kind", engine), ("scheduler", scheduler))
                                                  if v is not None})
@@ -260,7 +278,21 @@ def scan(
     except (OSError, ValueError) as exc:
         fail(f"cannot scan {dataset}: {type(exc).__name__}: {_safe(exc)}")
     result = report.result
-    table = Table(title=f"scan {dataset}  engine {settings.kind}  service {chosen[0].name}", show_header=False)
+    breaches = [(s, f) for s in report.scored for f in s.findings if f.status == "breach"]
+    record = {"dataset": dataset, "engine": settings.kind, "service": chosen[0].name, **result.counts,
+              "chunks": result.chunks, "partials": len(result.partials), "gathered_bytes": result.gathered_bytes,
+              "seconds": result.seconds, "findings": report.findings,
+              "breaches": [{"window_start": s.start, "window_end": s.end, "model_version": s.model_version,
+                            "check": f.check, "labels": f.labels, "n": f.n} for s, f in breaches]}
+    render([record], fmt, lambda: _print_scan(dataset, settings.kind, chosen[0].name, report, breaches),
+           document=record)
+
+
+def _print_scan(dataset: str, engine: str, service: str, report, breaches: list) -> None:
+    from monitor.verdicts.stage import describe_labels
+
+    result = report.result
+    table = Table(title=f"scan {dataset}  engine {engine}  service {service}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     for key in ("read", "accepted", "folded", "joined", "unmatched", "duplicates", "outside"):
@@ -274,10 +306,10 @@ def scan(
     table.add_row("fold time", f"{result.seconds:.2f} s")
     table.add_row("findings", f"{report.findings:,}")
     out.print(table)
-    breaches = [(s, f) for s in report.scored for f in s.findings if f.status == "breach"]
     for s, f in breaches[:30]:
         out.print(f"[red]breach[/] {s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m "
                   f"{s.model_version} {f.check} {describe_labels(f.labels)} (n={f.n})", highlight=False, soft_wrap=True)
     if len(breaches) > 30:
-        out.print(f"... and {len(breaches) - 30} more breaches (see `tailwatch query`)", highlight=False)
+        out.print(f"... and {len(breaches) - 30:,} more breaches; all of them: "
+                  f"`tailwatch query findings --service {service} --status breach`", highlight=False, soft_wrap=True)
 

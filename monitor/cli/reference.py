@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
 from monitor.cli.common import (
     Format,
+    Services,
     err,
     fail,
     load_config,
@@ -17,6 +16,7 @@ from monitor.cli.common import (
     open_store,
     out,
     render,
+    some_services,
 )
 from monitor.cli.progress import progress
 
@@ -25,13 +25,15 @@ reference_app = typer.Typer(no_args_is_help=True, help="The reference profile wi
 
 
 @db_app.command("upgrade")
-def db_upgrade() -> None:
+def db_upgrade(fmt: Format = "table") -> None:
     """Apply the schema migrations to the configured database (the config's `storage` alone is read)."""
     storage = load_storage()
     store = open_database(storage, check_schema=False)
     notes = store.upgrade(sql_role=storage.query_sql.role)
-    out.print(f"database at revision {store.current_revision()} (head {store.head_revision()})")
-    for note in notes:
+    record = {"database": store.current_revision(), "head": store.head_revision(), "warnings": notes}
+    render([record], fmt, lambda: out.print(f"database at revision {record['database']} (head {record['head']})"),
+           document=record)
+    for note in notes if fmt == "table" else []:
         err.print(f"[yellow]warning:[/] {note}", highlight=False)
 
 
@@ -48,10 +50,11 @@ def db_current(fmt: Format = "table") -> None:
 
 @reference_app.command("build")
 def reference_build(
-    service: Annotated[str | None, typer.Option(help="Only this service (default: every one with a reference).")] = None,
+    service: Services = None,
     fmt: Format = "table",
 ) -> None:
-    """Profile each service's reference dataset, store the profile, and say what in it to fix."""
+    """Profile each service's reference dataset (every one that has one), store the profile, and say what in
+    it to fix."""
     from rich.markup import escape
 
     from checks.judge import judge
@@ -59,12 +62,11 @@ def reference_build(
 
     cfg = load_config()
     store = open_store(cfg)
-    chosen = [s for s in cfg.services if service in (None, s.name)]
-    if service is not None and not chosen:
-        fail(f"--service: no service named {service!r}")
+    chosen = some_services(cfg, service)
     table = Table(title="reference profiles")
-    for col in ("service", "rows", "fields", "fingerprint", "source"):
-        table.add_column(col)
+    for col in ("service", "rows", "fingerprint", "fields", "source"):
+        table.add_column(col, justify="right" if col == "rows" else "left", overflow="fold",
+                         no_wrap=col in ("service", "rows", "fingerprint"), min_width=8 if col == "fields" else None)
     concerns = Table(title="reference concerns: what to fix before trusting it")
     for col in ("service", "field", "concern", "seen", "suggested fix"):
         concerns.add_column(col, overflow="fold")
@@ -89,7 +91,7 @@ def reference_build(
         built.append({"service": svc.name, "rows": profile.rows, "fields": list(profile.fields),
                       "fingerprint": profile.fingerprint, "source": str(svc.reference.path),
                       "concerns": [c.as_dict() for c in found]})
-        table.add_row(escape(svc.name), f"{profile.rows:,}", escape(", ".join(profile.fields)), profile.fingerprint,
+        table.add_row(escape(svc.name), f"{profile.rows:,}", profile.fingerprint, escape(", ".join(profile.fields)),
                       escape(str(svc.reference.path)))
         for c in found:
             concerns.add_row(escape(svc.name), escape(c.field or "(reference)"), c.kind, escape(c.detail),

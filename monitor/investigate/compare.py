@@ -20,8 +20,8 @@ from storage.store import Store
 
 @dataclass(frozen=True)
 class Comparison:
-    """`table`: one row per metric (metric, baseline, candidate, change = candidate / baseline, or the
-    difference for rates); `constraints`: one row per configured constraint with pass / fail / n/a per
+    """`table`: one row per metric (metric, unit, baseline, candidate, difference = candidate - baseline,
+    ratio = candidate / baseline, None when the baseline is 0); `constraints`: one row per configured constraint with pass / fail / n/a per
     version; `passed`: every candidate constraint passed (True when none is configured)."""
 
     baseline: str
@@ -96,22 +96,37 @@ def compare(store: Store, service: Service, baseline: str, candidate: str, since
     names = _ordered(b.keys() | c.keys())
     rows = []
     for name in names:
-        bv, cv = b.get(name), c.get(name)
-        rows.append({"metric": name, "baseline": bv, "candidate": cv, "change": _change(name, bv, cv)})
-    table = pd.DataFrame(rows, columns=["metric", "baseline", "candidate", "change"])
+        bv, cv = _number(b.get(name)), _number(c.get(name))
+        both = bv is not None and cv is not None
+        rows.append({"metric": name, "unit": unit(name), "baseline": bv, "candidate": cv,
+                     "difference": cv - bv if both else None, "ratio": cv / bv if both and bv else None})
+    table = pd.DataFrame(rows, columns=["metric", "unit", "baseline", "candidate", "difference", "ratio"])
     checks = [_check(con, b, c) for con in service.compare.constraints]
     cons = pd.DataFrame(checks, columns=["metric", "rule", "baseline", "candidate", "baseline_status", "status"])
     passed = all(row["status"] == "pass" for row in checks)
     return Comparison(baseline, candidate, since, until, table, cons, passed)
 
 
-def _change(name: str, bv, cv) -> float | None:
-    """Rates: the difference (candidate - baseline); everything else: the ratio candidate / baseline."""
-    if bv is None or cv is None or pd.isna(bv) or pd.isna(cv):
-        return None
-    if name.endswith(RATE_SUFFIXES) or name.startswith(("psi:", "quality:", "label_coverage")):
-        return cv - bv
-    return cv / bv if bv else None
+def _number(value) -> float | None:
+    return None if value is None or pd.isna(value) else value
+
+
+def unit(metric: str) -> str:
+    """The unit a compared metric is in: ms, h, req/s, share (0..1), count, /1k ok (the price's currency per
+    1,000 ok predictions), or '' (an index: PSI, quality scores)."""
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric == "serving_hours":
+        return "h"
+    if metric == "throughput_rps":
+        return "req/s"
+    if metric.endswith(RATE_SUFFIXES) or metric == "label_coverage":
+        return "share"
+    if metric in ("requests", "ok", "timeout", "rejected", "error"):
+        return "count"
+    if metric == "cost_per_1k":
+        return "/1k ok"
+    return ""
 
 
 def _check(con: Constraint, b: dict, c: dict) -> dict:

@@ -88,7 +88,8 @@ def merged_partials(store: Store, service: str, *, since: datetime, until: datet
 def _periods(since: datetime, until: datetime, step: float | None, buckets: Sequence[tuple[datetime, int]]
              ) -> dict[tuple[datetime, int], tuple[datetime, datetime]]:
     """(bucket start, bucket seconds) -> the (start, end) of the period it is read in: the periods of `step`
-    seconds from `since` (one period from `since` when None), joined wherever a bucket runs over a period's
+    seconds on the UTC grid of `step` (the first may start before `since` and hold only the part from it;
+    one period from `since` when None), joined wherever a bucket runs over a period's
     end. A period ends at the next period's start or, the last one, at `until` or its last bucket's end."""
     if not buckets:
         return {}
@@ -99,9 +100,11 @@ def _periods(since: datetime, until: datetime, step: float | None, buckets: Sequ
     if step is None:
         end = max(until, *(reach(*b) for b in buckets))
         return dict.fromkeys(buckets, (since, end))
+    # The grid of `step` from the epoch: hours start on the hour, days at midnight UTC, whatever `since` is.
+    origin = since - timedelta(seconds=since.timestamp() % step)
     spans = []
     for start, size in set(buckets):
-        offset = (start - since).total_seconds()
+        offset = (start - origin).total_seconds()
         first = int(offset // step)
         spans.append((first, max(first, math.ceil((offset + size) / step) - 1), start, size))
     spans.sort()
@@ -114,8 +117,8 @@ def _periods(since: datetime, until: datetime, step: float | None, buckets: Sequ
         run[3].append((start, size))
     out = {}
     for first, last, latest, members in runs:
-        period = (since + timedelta(seconds=first * step),
-                  min(since + timedelta(seconds=(last + 1) * step), max(until, latest)))
+        period = (origin + timedelta(seconds=first * step),
+                  min(origin + timedelta(seconds=(last + 1) * step), max(until, latest)))
         out.update(dict.fromkeys(members, period))
     return out
 

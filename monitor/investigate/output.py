@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
@@ -22,17 +23,22 @@ from monitor.investigate.query import jsonable
 
 FORMATS = ("table", "csv", "json")
 MAX_CELL = 60
+# A time held as text in a stored document (an alert's annotations), written with +00:00.
+UTC_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?)\+00:00")
 
 
 def json_cell(value: Any) -> Any:
     """`query.jsonable`, for any cell a table or a query can hold: a time without a zone is UTC (as
-    stored); what JSON has no type for is left to `json_default`."""
+    stored), and so is a time held as text with +00:00 (written with `Z`); what JSON has no type for is left
+    to `json_default`."""
     if isinstance(value, datetime | pd.Timestamp) and not pd.isna(value) and value.tzinfo is None:
         value = pd.Timestamp(value).tz_localize("UTC")
     if isinstance(value, dict):
         return {str(k): json_cell(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_cell(v) for v in value]
+    if isinstance(value, str) and (utc := UTC_TEXT.fullmatch(value)):
+        return utc.group(1) + "Z"
     return jsonable(value)
 
 
@@ -109,16 +115,24 @@ def split_list(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def cell(value: Any) -> str:
-    """A value as a short table cell: 4 significant digits, ISO times, labels as k=v."""
+def cell(value: Any, whole: bool = False) -> str:
+    """A value as a table cell: integers with thousands separators, floats to 4 significant digits (with
+    separators past 1,000, never in e-notation there), times as UTC, labels as k=v. `whole`: an id, shown
+    as written and never cut."""
     if isinstance(value, pd.Timestamp | datetime) and not pd.isna(value):
         ts = pd.Timestamp(value).tz_convert("UTC")
         return f"{ts:%Y-%m-%d %H:%M}" if ts.second == 0 and ts.microsecond == 0 else f"{ts:%Y-%m-%d %H:%M:%S.%f}"[:-3]
     value = jsonable(value)
     if value is None:
         return "-"
+    if whole:
+        return str(value)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     if isinstance(value, dict):
         text = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
     elif isinstance(value, list):
@@ -128,25 +142,73 @@ def cell(value: Any) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
-def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | None = None) -> Table:
-    out = Table(title=title, show_lines=False)
+# Columns whose cells are copied into other commands: shown whole on one line, never folded.
+WHOLE = ("id", "fingerprint", "model_version", "check", "status", "verdict", "kind", "reason", "field", "source",
+         "metric")
+MIN_WIDTH = 8  # a folded column keeps at least this many characters a line (or its header's)
+
+
+def whole(name: str) -> bool:
+    """An id, a name or a time: a cell a person copies, kept on one line."""
+    return name in WHOLE or name.endswith(("_id", "_at", "_start", "_end", "_version")) or name in ("now", "first",
+                                                                                                   "last")
+
+
+def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | None = None,
+          width: int | None = None) -> Table:
+    """`frame` as a rich table of `columns` (default: all). Ids, names and times are never wrapped nor cut,
+    numbers never wrapped, other text folds; of a command's own pick of `columns`, those empty in every row
+    are left out (the columns of a user's own SQL are all kept). Narrower than the table needs (`width`
+    characters), the last columns are left out (columns come most telling first) and the caption names
+    them: what is shown is never cut."""
     names = [c for c in (columns or list(frame.columns)) if c in frame.columns]
-    # A column with no value in any row only takes width from the ones that say something.
-    names = [c for c in names if not frame[c].map(lambda v: not isinstance(v, dict | list | tuple)
-                                                  and bool(pd.isna(v))).all()]
+    if columns is not None:
+        # A column with no value in any row only takes width from the ones that say something.
+        names = [c for c in names if not frame[c].map(lambda v: not isinstance(v, dict | list | tuple)
+                                                      and bool(pd.isna(v))).all()]
+    kinds = {}
     for name in names:
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
-        out.add_column(str(name), justify="right" if numeric else "left", overflow="fold")
-    for row in frame[names].itertuples(index=False):
+        kinds[name] = "whole" if whole(str(name)) else "number" if numeric else "text"
+    cells = {name: [cell(v, kinds[name] == "whole") for v in frame[name]] for name in names}
+
+    def needs(shown: list[str]) -> int:  # the narrowest the table can be: borders, padding, columns
+        return 1 + sum(3 + (MIN_WIDTH if kinds[n] == "text" else max(len(str(n)), *map(len, cells[n] or [""])))
+                       for n in shown)
+
+    shown, left_out = list(names), []
+    while width is not None and needs(shown) > width and len(shown) > 1:
+        left_out.insert(0, shown.pop())  # columns come most telling first
+    out = Table(title=title, show_lines=False)
+    for name in shown:
+        justify = "right" if kinds[name] == "number" else "left"
+        if kinds[name] == "text":
+            out.add_column(str(name), justify=justify, overflow="fold", min_width=MIN_WIDTH)
+        else:
+            out.add_column(str(name), justify=justify, no_wrap=True)
+    for i in range(len(frame)):
         # Plain text: a value from the logs ("[bold]...") is shown as written, never read as markup.
-        out.add_row(*(Text(cell(v)) for v in row))
+        out.add_row(*(Text(cells[name][i]) for name in shown))
+    if left_out:
+        out.caption = f"left out at this width: {', '.join(map(str, left_out))} (--format csv has every column)"
     return out
+
+
+def by_severity(frame: pd.DataFrame, column: str, rank: dict[str, int]) -> pd.DataFrame:
+    """`frame` with its most severe rows (lowest `rank` of `column`) first, in their order (time) within a rank."""
+    if frame.empty or column not in frame.columns:
+        return frame
+    order = frame[column].map(lambda v: rank.get(v, len(rank)))
+    return frame.iloc[order.argsort(kind="stable")].reset_index(drop=True)
 
 
 def emit(frame: pd.DataFrame, fmt: str, console: Console, *, title: str | None = None,
          json_records: Callable[[pd.DataFrame], list[dict]] = json_records, columns: list[str] | None = None,
-         empty: str = "nothing matched") -> None:
-    """Print `frame` as a table (with `columns` first), CSV (every column) or JSON (`json_records`)."""
+         empty: str = "nothing matched", severity: tuple[str, dict[str, int]] | None = None,
+         after: str | None = None) -> None:
+    """Print `frame` as a table of `columns` (sorted by `severity` (column, rank) first, then as given:
+    time), CSV (every column) or JSON (`json_records`). `after`: a long column printed below the table,
+    one unwrapped line per row led by its id, so it copies as written."""
     if fmt == "json":
         sys.stdout.write(dumps(json_records(frame), indent=2, ensure_ascii=False) + "\n")
     elif fmt == "csv":
@@ -159,4 +221,11 @@ def emit(frame: pd.DataFrame, fmt: str, console: Console, *, title: str | None =
     elif frame.empty:
         console.print(f"[dim]{empty}[/]")
     else:
-        console.print(table(frame, title, columns))
+        shown = by_severity(frame, *severity) if severity else frame
+        console.print(table(shown, title, columns, width=console.width))
+        lines = [(key, text) for key, text in zip(shown.get("id", shown.index), shown[after] if after else [],
+                                                  strict=False) if isinstance(text, str)]
+        if lines:
+            console.print(Text(f"{after}, by id:", style="dim"))
+        for key, text in lines:
+            console.print(Text(f"{key}: ", style="dim") + Text(text), soft_wrap=True)

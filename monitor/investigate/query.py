@@ -20,6 +20,9 @@ from storage.store import Store
 
 FINDING_COLUMNS = ("id", "check", "status", "window_start", "window_end", "model_version", "labels", "value",
                    "baseline", "effect", "n", "interval_low", "interval_high", "p_value", "detail")
+# Most severe first: how tables order findings by status and verdicts by verdict.
+STATUS_RANK = {"breach": 0, "insufficient": 1, "ok": 2}
+VERDICT_RANK = {"both": 0, "slower": 1, "worse": 1, "drift": 2, "no_data": 3, "insufficient_data": 4, "healthy": 5}
 
 
 class QueryError(ValueError):

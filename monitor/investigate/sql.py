@@ -56,7 +56,21 @@ def sql(store: Store, statement: str, *, max_rows: int = SQL_MAX_ROWS, role: str
         columns, rows = _postgres_read(store, text, max_rows, role, password, timeout)
     else:
         raise QueryError(f"read-only SQL is supported on SQLite and PostgreSQL, not {backend}")
-    return pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    return _sqlite_times(frame) if backend == "sqlite" else frame
+
+
+# How SQLite holds a stored time: text, UTC without a zone.
+_SQLITE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
+
+
+def _sqlite_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """Columns whose every value is a stored time (text on SQLite) as UTC times, as PostgreSQL returns them."""
+    for i in range(frame.shape[1]):  # by position: a statement may name two columns alike
+        values = frame.iloc[:, i].dropna()
+        if len(values) and values.map(lambda v: isinstance(v, str) and bool(_SQLITE_TIME.fullmatch(v))).all():
+            frame.isetitem(i, pd.to_datetime(frame.iloc[:, i], utc=True, format="ISO8601"))
+    return frame
 
 
 def _stopped(timeout: float) -> QueryError:

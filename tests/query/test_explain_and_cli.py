@@ -168,3 +168,75 @@ def test_cli_logs_compare_explain_report(cli_config):
     res = cli(config, "report", "--incident", str(incident_id), "-o", str(out), "--no-evidently")
     assert res.exit_code == 0, res.output
     assert 'alt="Latency per stage"' in out.read_text() and "incident" in out.read_text()
+
+
+def narrow(config, *args):
+    """The command as an 80-column terminal shows it."""
+    return CliRunner().invoke(app, ["--config", config, *args], catch_exceptions=False,
+                              env={"COLUMNS": "80", "NO_COLOR": "1"})
+
+
+def test_tables_fit_80_columns_without_cutting_what_is_copied(cli_config):
+    config, _, _ = cli_config
+    rows = json.loads(cli(config, "query", "quarantine", "--format", "json").stdout)
+    shown = narrow(config, "query", "quarantine")
+    assert rows and shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    for row in rows:  # each line as written, whole on one line of its own after the table
+        assert f"{row['id']}: {row['line'] or ''}".rstrip() in lines or row["line"] is None, row
+        assert row["reason"] in shown.stdout
+    body = [line for line in lines if line.startswith("│")]
+    assert body and all(len(line) <= 80 for line in body)
+    # no column squeezed to a letter or two a line: every header whole, every text column 8 wide at least
+    header = next(line for line in lines if line.startswith("┃"))
+    assert all(name in header for name in ("id", "created_at", "reason", "field", "source")), header
+    assert min(len(part) for part in header.strip("┃").split("┃")) >= 4, header
+
+
+def test_compare_shows_difference_and_ratio_with_units(cli_config):
+    config, _, _ = cli_config
+    span = ("--since", "2026-11-02T00:00:00Z", "--until", "2026-11-02T02:00:00Z")
+    body = json.loads(cli(config, "compare", "--baseline", "v1", "--candidate", "v2", *span, "-f", "json").stdout)
+    metrics = {m["metric"]: m for m in body["metrics"]}
+    assert metrics["total_p99_ms"]["unit"] == "ms" and metrics["cache_hit_rate"]["unit"] == "share"
+    requests = metrics["requests"]
+    assert requests["difference"] == requests["candidate"] - requests["baseline"]
+    assert requests["ratio"] == pytest.approx(requests["candidate"] / requests["baseline"])
+    shown = narrow(config, "compare", "--baseline", "v1", "--candidate", "v2", *span).stdout
+    header = next(line for line in shown.splitlines() if "difference" in line)
+    assert "ratio" in header and "…" not in shown and "change" not in shown and "e+0" not in shown
+    assert f"{int(requests['baseline']):,}" in shown and int(requests["baseline"]) >= 1000  # thousands separators
+    rate = metrics["cache_hit_rate"]
+    assert f"{rate['baseline']:.2%}" in shown and f"{rate['difference'] * 100:+.2f} pp" in shown
+    p99 = next(line for line in shown.splitlines() if "total_p99_ms" in line)
+    assert "│ ms " in p99 and f"{metrics['total_p99_ms']['baseline']:.4g}" in p99
+
+
+def test_unknown_version_lists_the_stored_ones(cli_config):
+    config, _, _ = cli_config
+    for args, option in ((["query", "metrics", "--version", "v9"], "--version"),
+                         (["query", "findings", "--version", "v9"], "--version"),
+                         (["compare", "--baseline", "v1", "--candidate", "v9"], "--candidate"),
+                         (["compare", "--baseline", "v0", "--candidate", "v2"], "--baseline")):
+        res = cli(config, *args)
+        assert res.exit_code == 2 and option in res.output and "v1, v2" in res.output, (args, res.output)
+
+
+def test_metric_periods_are_on_the_hour_whatever_since_is(cli_config):
+    config, _, _ = cli_config
+    res = cli(config, "query", "metrics", "--since", "2026-11-02T00:18:17.234Z", "--until", "2026-11-02T02:00:00Z",
+              "--every", "1h", "--group-by", "", "--format", "json")
+    starts = [m["period_start"] for m in json.loads(res.stdout)]
+    assert starts == ["2026-11-02T00:00:00Z", "2026-11-02T01:00:00Z"], res.output
+
+
+def test_tables_sort_by_severity_then_time_and_keep_empty_sql_columns(cli_config):
+    config, _, _ = cli_config
+    shown = narrow(config, "query", "findings", "--segment", "all", "--check", "cache_hit_rate").stdout
+    statuses = [word for line in shown.splitlines() for word in ("breach", "ok") if f" {word} " in line]
+    assert "breach" in statuses and "ok" in statuses
+    assert statuses == sorted(statuses, key=lambda s: s != "breach")  # every breach before every ok
+    times = [line.split("│")[1].strip() for line in shown.splitlines() if " breach " in line]
+    assert times == sorted(times)
+    sql = narrow(config, "query", "sql", "SELECT id, now, NULL AS unset FROM ticks ORDER BY id LIMIT 3").stdout
+    assert "unset" in sql and "2026-11-02" in sql

@@ -71,7 +71,10 @@ def test_compare_two_versions_marks_constraints(scenario_run):
         assert hours == pytest.approx(1.0)  # each version served one of the two hours
         price = service.compare.price(version)
         assert table.loc["cost_per_1k", col] == pytest.approx(price * hours / ok * 1000)
-    assert table.loc["cache_hit_rate", "change"] < -0.1
+    assert table.loc["cache_hit_rate", "difference"] < -0.1
+    assert table.loc["requests", "ratio"] == pytest.approx(table.loc["requests", "candidate"]
+                                                          / table.loc["requests", "baseline"])
+    assert table.loc["total_p99_ms", "unit"] == "ms" and table.loc["failure_rate", "unit"] == "share"
     assert {"total_p99_ms", "batch_wait_p99_ms", "psi:tenure", "psi:Contract", "psi:prediction",
             "batch_size_mean", "throughput_rps", "failure_rate"} <= set(table.index)
     cons = result.constraints.set_index("metric")

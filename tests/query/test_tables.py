@@ -1,0 +1,46 @@
+"""How query results read as tables: numbers with thousands separators (never e-notation), ids as written,
+every column of a user's own SQL kept, and on a narrow terminal the last columns left out and named
+rather than any cell cut or squeezed."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+
+from monitor.investigate.output import by_severity, cell, table
+
+
+def shown(frame, columns=None, width=80) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(table(frame, "t", columns, width=width))
+    return console.export_text()
+
+
+def test_cells_carry_thousands_separators_and_ids_stay_as_written():
+    assert cell(22070) == "22,070" and cell(22070.4) == "22,070" and cell(0.001234) == "0.001234"
+    assert cell(12345, whole=True) == "12345"
+    text = shown(pd.DataFrame({"id": [12345], "requests": [1234567], "latency_ms": [22070.25]}))
+    assert "12345" in text and "1,234,567" in text and "22,070" in text and "e+0" not in text
+
+
+def test_an_all_null_column_is_kept_when_the_user_chose_the_columns():
+    frame = pd.DataFrame({"id": [1, 2], "unset": [None, None]})
+    assert "unset" in shown(frame)  # query sql: every column of the statement
+    assert "unset" not in shown(frame, columns=["id", "unset"])  # a command's own pick
+
+
+def test_a_narrow_table_leaves_out_its_last_columns_and_cuts_nothing():
+    frame = pd.DataFrame({"window_start": pd.to_datetime(["2026-11-02T01:00:00Z"] * 2),
+                          "check": ["cache_hit_rate", "latency"], "status": ["breach", "ok"],
+                          "request_id": ["req-000000000001", "req-000000000002"],
+                          "model_version": ["2026-11-release-candidate", "v1"], "extra": ["x", "y"]})
+    text = shown(frame, width=70)
+    assert "…" not in text and "req-000000000001" in text and "2026-11-02 01:00" in text
+    assert "left out at this width: model_version, extra" in " ".join(text.split())
+    assert all(len(line) <= 70 for line in text.splitlines())
+
+
+def test_rows_by_severity_keep_their_time_order_within_a_rank():
+    frame = pd.DataFrame({"status": ["ok", "breach", "insufficient", "breach"], "t": [1, 2, 3, 4]})
+    ordered = by_severity(frame, "status", {"breach": 0, "insufficient": 1, "ok": 2})
+    assert ordered["t"].tolist() == [2, 4, 3, 1]
