@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from monitor.verdicts.evidence import gathered, parts
+
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
 MAX_HEADER = 150
@@ -43,29 +45,19 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _num(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return f"{value:,}" if isinstance(value, int) else esc(value)
-
-
 def _labels(labels: Mapping[str, Any]) -> str:
     return " ".join(f"{esc(k)}={esc(v)}" for k, v in sorted(labels.items(), key=lambda kv: str(kv[0])))
 
 
 def evidence_line(e: Mapping[str, Any]) -> str:
-    """One evidence item (escaped mrkdwn): check, labels, value vs baseline, n and 95% interval."""
-    line = f"• `{esc(e['check'])}` {_labels(e.get('labels') or {})}: *{_num(e.get('value'))}*"
-    if e.get("baseline") is not None:
-        line += f" vs {_num(e['baseline'])}"
-    line += f" (n={_num(e.get('n'))}"
-    if e.get("interval_low") is not None and e.get("interval_high") is not None:
-        line += f", 95% CI {_num(e['interval_low'])}–{_num(e['interval_high'])}"
-    if e.get("share") is not None:
-        line += f", {e['share']:.0%} of the increase"
-    return line + ")"
+    """One evidence item (escaped mrkdwn), worded by `evidence.parts`: check, labels, value vs baseline
+    with their unit, the change, n and 95% interval."""
+    p = {k: esc(v) for k, v in parts(e).items()}
+    line = f"• `{p['check']}` {p['labels']}".rstrip() + f": *{p['value']}*"
+    if p["baseline"]:
+        line += f" vs {p['baseline']}"
+    detail = [x for x in (p["change"], p["n"], p["interval"]) if x]
+    return line + (f" ({', '.join(detail)})" if detail else "")
 
 
 def _when(value: Any) -> str:
@@ -126,19 +118,15 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     if resolved:
         fields.append(f"*Resolved*\n{_when(incident.get('resolved_at'))}" + (f" — {resolution}" if resolution else ""))
     blocks.append({"type": "section", "fields": [_mrkdwn(_cut(f, MAX_FIELD)) for f in fields[:10]]})
-    evidence = notes.get("evidence") or []
+    # One ranked list: the evidence with the signals, inputs and quality the attribution names, each once.
+    evidence = gathered(notes)
     if evidence:
-        blocks.append(_section("*Evidence*\n" + "\n".join(evidence_line(e) for e in evidence[:8])))
-    stages = (notes.get("attribution") or {}).get("stages") or {}
+        blocks.append(_section("*Evidence* (strongest first)\n" + "\n".join(evidence_line(e) for e in evidence[:8])))
+    stages = {s: share for s, share in ((notes.get("attribution") or {}).get("stages") or {}).items() if share > 0}
     if stages:
         q = esc(notes["attribution"].get("quantile", "p95"))
         blocks.append(_section(f"*Where the {q} latency increase sits*\n" + "\n".join(
             f"• stage `{esc(s)}`: {share:.0%}" for s, share in sorted(stages.items(), key=lambda kv: -kv[1])[:6])))
-    signals = (notes.get("attribution") or {}).get("signals") or []
-    if signals:
-        blocks.append(_section("*Correlated signals*\n" + "\n".join(
-            f"• `{esc(s['check'])}` {_labels(s.get('labels') or {})}: {_num(s.get('value'))} vs {_num(s.get('baseline'))}"
-            for s in signals[:6])))
     length = (notes.get("attribution") or {}).get("length")
     if length:
         blocks.append(_section({"inputs": "Inputs got longer; latency per input length held: the service is not "
