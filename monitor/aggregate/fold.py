@@ -28,7 +28,6 @@ from monitor.aggregate.totals import Totals, count, count_codes, hist, sketch, t
 from monitor.schema import Schema
 from storage.rows import PartialRow
 
-
 # Signals that describe the model's run: their mean is over the requests that reached the model (not cache
 # hits, rejects or errors, which a service logs as 0 or not at all).
 MODEL_SIGNALS = ("batch_size", "spec_accept_rate")

@@ -11,9 +11,13 @@ become a mention (`<!channel>`, `<@U…>`), a link (`<https://…|text>`) or an 
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+from rich.text import Text
 
 from monitor.verdicts.evidence import gathered, parts
 
@@ -105,8 +109,8 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     # Upper-cased before escaping: Slack decodes &lt; but not &LT;.
     title = _cut(f"{mark} {esc(raw_verdict.upper())}{estimated} — {who}".strip(), MAX_HEADER)
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}]
+    # The summary is the notification's text; the sections below say each of its parts once.
     line = esc(notes.get("summary") or "") or verdict
-    blocks.append(_section(f"*{line}*"))
     affected = sorted({_labels({k: v for k, v in (e.get("labels") or {}).items() if k in ("segment", "group", "class")})
                        for e in notes.get("evidence", []) if set(e.get("labels") or {}) & {"segment", "group", "class"}})
     fields = [f"*Severity*\n{esc(summary.get('severity', '-'))}",
@@ -160,3 +164,32 @@ def _mrkdwn(text: str) -> dict[str, Any]:
 
 def _section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": _mrkdwn(_cut(text, MAX_SECTION))}
+
+
+# Slack's emoji of the messages written here, as a terminal shows them.
+TERMINAL_EMOJI = {":red_circle:": ("●", "red"), ":large_orange_circle:": ("●", "dark_orange"),
+                  ":large_blue_circle:": ("●", "blue"), ":white_check_mark:": ("✔", "green"), ":repeat:": ("↻", "")}
+_MARKUP = re.compile(r"(\*[^*\n]+\*|`[^`\n]+`|:[a-z_]+:)")
+
+
+def terminal(message: Mapping[str, Any]) -> Text:
+    """A rendered message as a terminal shows it: the mrkdwn bold and code as styles, the emoji as
+    symbols, Slack's entities decoded; every value stays text (nothing from the logs is read as markup)."""
+    out = Text()
+    for block in message.get("blocks") or [{"type": "section", "text": {"text": message.get("text", "")}}]:
+        objects = ([block["text"]] if isinstance(block.get("text"), dict) else []) + block.get("elements", [])
+        lines = [o["text"] for o in objects] + [f["text"].replace("\n", ": ", 1) for f in block.get("fields", [])]
+        for line in lines:
+            base = "bold" if block["type"] == "header" else "dim" if block["type"] == "context" else ""
+            for piece in _MARKUP.split(line):
+                if piece in TERMINAL_EMOJI:
+                    out.append(TERMINAL_EMOJI[piece][0], TERMINAL_EMOJI[piece][1])
+                elif len(piece) > 2 and piece[0] == piece[-1] == "*":
+                    out.append(html.unescape(piece[1:-1]), f"{base} bold".strip())
+                elif len(piece) > 2 and piece[0] == piece[-1] == "`":
+                    out.append(html.unescape(piece[1:-1]), f"{base} cyan".strip())
+                else:
+                    out.append(html.unescape(piece), base)
+            out.append("\n")
+    out.rstrip()
+    return out

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from checks.catalog import names
-from monitor.verdicts.evidence import show, unit
+from monitor.verdicts.evidence import ranked, show, unit
 
 VERDICTS = ("slower", "worse", "both", "drift", "healthy", "insufficient_data", "no_data")
 HARMFUL = ("slower", "worse", "both")
@@ -402,7 +402,7 @@ def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed
             steps.append("input lengths shifted: compare latency per input length before blaming the service")
     if verdict in ("worse", "both"):
         quality = attribution.get("quality", [])
-        sliced = any(set(q["labels"]) & {"segment", "group"} for q in quality)
+        sliced = any(set(q["labels"]) & {"segment", "group"} for q in quality if q["check"] in CONFIRMED_QUALITY)
         if "preprocess_version" in kinds or sliced:
             steps.append("preprocessing: diff the preprocessing version and its outputs on a few requests"
                          + (" of the affected slice" if sliced else ""))
@@ -440,11 +440,13 @@ def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidenc
         parts = [f"{e.check} {','.join(f'{k}={v}' for k, v in sorted(e.labels.items()))} n={e.n}"
                  + (f" of {e.needed_n} needed" if e.needed_n else "") for e in evidence[:3]]
     if verdict not in ("slower",) and evidence and not parts:
-        e = evidence[0]
-        labels = ",".join(f"{k}={v}" for k, v in sorted(e.labels.items()))
-        held = ", held: still shifted from its baseline" if e.status == "held" else ""
-        u = unit(e.check, e.labels)
-        parts.append(f"{e.check} {labels} {show(e.value, u)} vs {show(e.baseline, u)} (n={e.n}{held})")
+        # The strongest item, as the messages rank it.
+        e = ranked([x.as_dict() for x in evidence], attribution.get("quantile"))[0]
+        labels = ",".join(f"{k}={v}" for k, v in sorted(e["labels"].items()))
+        held = ", held: still shifted from its baseline" if e["status"] == "held" else ""
+        u = unit(e["check"], e["labels"])
+        base = "" if e["baseline"] is None or u == "PSI" and not e["baseline"] else f" vs {show(e['baseline'], u)}"
+        parts.append(f"{e['check']} {labels} {show(e['value'], u)}{base} (n={e['n']:,}{held})")
     if changed:
         parts.append(changed[0]["text"])
     return head + (": " + "; ".join(parts) if parts else "")
