@@ -126,8 +126,10 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     evidence = gathered(notes)
     if evidence:
         blocks.append(_section("*Evidence* (strongest first)\n" + "\n".join(evidence_line(e) for e in evidence[:8])))
+    # Where the increase sits, when total latency rose (else the shares split noise); stages without any omitted.
     stages = {s: share for s, share in ((notes.get("attribution") or {}).get("stages") or {}).items() if share > 0}
-    if stages:
+    if stages and any(e["check"] == "latency" and (e.get("labels") or {}).get("stage") == "total"
+                      and "quantile" in (e.get("labels") or {}) and e.get("status") == "breach" for e in evidence):
         q = esc(notes["attribution"].get("quantile", "p95"))
         blocks.append(_section(f"*Where the {q} latency increase sits*\n" + "\n".join(
             f"• stage `{esc(s)}`: {share:.0%}" for s, share in sorted(stages.items(), key=lambda kv: -kv[1])[:6])))

@@ -172,7 +172,7 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
         evidence = _insufficient(whole)
     return Verdict(**base, verdict=verdict, estimated=estimated, rows=rows, evidence=tuple(evidence[:EVIDENCE_MAX]),
                    attribution=attribution, what_changed=tuple(changed),
-                   next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback)),
+                   next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback, _latency_rose(breach))),
                    rollback_to=rollback, summary=_summary(verdict, estimated, attribution, evidence, changed))
 
 
@@ -369,13 +369,21 @@ STAGE_STEPS = {"batch_wait": "micro-batcher: max wait and max batch size",
                "parse": "parsing: request size and format"}
 
 
+def _latency_rose(breach: list[Mapping[str, Any]]) -> bool:
+    """Whether a total latency quantile breached: only then does a stage's share of the increase point
+    somewhere (otherwise it is a share of noise)."""
+    return any(f["check"] == "latency" and "quantile" in (f.get("labels") or {}) and is_service_regression(f)
+               for f in breach)
+
+
 def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed: list[dict[str, Any]],
-                rollback: str | None) -> list[str]:
+                rollback: str | None, latency_rose: bool) -> list[str]:
     """Only the steps the evidence points at (what changed is listed beside them, not repeated here): a
     rollback when this model version is new; the cache when its hit rate fell or it served stale results;
-    the top stage's own knobs; the queue, memory or batch size when that signal moved; input lengths when
-    they shifted; for worse, preprocessing when its version changed or one slice got worse, the threshold
-    when the predictions or a class's recall / precision moved; the upstream producer for changed inputs."""
+    the top stage's own knobs when total latency rose; the queue, memory or batch size when that signal
+    moved; input lengths when they shifted; for worse, preprocessing when its version changed or a
+    labelled slice got worse, the threshold when the model version changed or a class's recall or
+    precision moved; the upstream producer for changed inputs."""
     steps = []
     kinds = {c["kind"] for c in changed}
     if rollback and "model_version" in kinds:
@@ -387,7 +395,7 @@ def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed
                 and s["baseline"] is not None and s["value"] < s["baseline"]]
         if fell or any(s["check"] == "stale_cache" for s in signals):
             steps.append("cache: hit rate and cache key (did a deploy change the key or flush the cache?)")
-        top = next(iter(attribution.get("stages", {})), None)
+        top = next(iter(attribution.get("stages", {})), None) if latency_rose else None
         if top is not None:
             steps.append(STAGE_STEPS.get(top, f"stage {top}: what runs in it and what changed there"))
         if "batch_size" in moved and top != "batch_wait":
@@ -406,7 +414,7 @@ def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed
         if "preprocess_version" in kinds or sliced:
             steps.append("preprocessing: diff the preprocessing version and its outputs on a few requests"
                          + (" of the affected slice" if sliced else ""))
-        if "model_version" in kinds or any(q["check"] == "prediction_drift" or q["labels"].get("metric")
+        if "model_version" in kinds or any(q["check"] in CONFIRMED_QUALITY and q["labels"].get("metric")
                                            in ("recall", "precision") for q in quality):
             steps.append("threshold: did the decision threshold or class mapping change?")
         if any(f["check"] in LENGTH_CHECKS for f in inputs):
