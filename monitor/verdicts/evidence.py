@@ -91,7 +91,7 @@ def parts(e: Mapping[str, Any]) -> dict[str, str]:
     value, base = e.get("value"), e.get("baseline")
     change = ""
     if value is not None and base is not None:
-        if u in ("%",) and check not in ("label_bias",):
+        if u == "%":
             change = f"{100 * (float(value) - float(base)):+.3g} pp"
         elif u not in ("PSI", "pp", "x", "%", "") and float(base) > 0 and float(value) >= 0:
             change = f"{float(value) / float(base):.2g}x"
@@ -109,11 +109,16 @@ def parts(e: Mapping[str, Any]) -> dict[str, str]:
 
 def _range(low: Any, high: Any, unit_: str) -> str:
     """An interval with its unit once: `44.7–45.6 ms`, `13.3–16.6%`, `PSI 0.987–1.26`."""
-    a, b = show(low, unit_), show(high, unit_)
+    lo, hi = float(low), float(high)
     if unit_ == "PSI":
-        return f"PSI {a[4:]}–{b[4:]}"
-    tail = b[len(b.rstrip("%x").rsplit(" ", 1)[0]):] if unit_ else ""
-    return f"{a[: len(a) - len(tail)] if tail and a.endswith(tail) else a}–{b}"
+        return f"PSI {_digits(lo)}–{_digits(hi)}"
+    if unit_ == "%":
+        return f"{_digits(100 * lo)}–{_digits(100 * hi)}%"
+    if unit_ == "pp":
+        return f"{100 * lo:+.3g}–{100 * hi:+.3g} pp"
+    if unit_ == "x":
+        return f"{_digits(lo)}–{_digits(hi)}x"
+    return f"{_digits(lo)}–{_digits(hi)}" + (f" {unit_}" if unit_ else "")
 
 
 def text(e: Mapping[str, Any]) -> str:
