@@ -250,8 +250,10 @@ def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, 
         quantile = attribution.get("quantile") or quantile
         rows = max(rows, int(row.get("rows") or 0))
         extra = [{**s, "status": "breach"} for key in ("signals", "inputs", "quality") for s in attribution.get(key) or []]
+        cited = {}  # each item once per window, the evidence's copy (with its interval) first
         for e in list(row.get("evidence") or []) + extra:
-            key = (e.get("check"), tuple(sorted((e.get("labels") or {}).items())))
+            cited.setdefault((e.get("check"), tuple(sorted((e.get("labels") or {}).items()))), e)
+        for key, e in cited.items():
             entry = out.setdefault(key, {**e, "windows": 0})
             entry["windows"] += 1
     if not out:

@@ -74,6 +74,7 @@ def test_slack_and_explain_snapshots(tmp_path, fake_slack, monkeypatch, scenario
         store.dispose()
     out = io.StringIO()
     render(found, Console(file=out, width=140, color_system=None, force_terminal=False))
-    assert first in str(found.evidence[0]["labels"]) or first.split("=")[1] in str(found.evidence[0]["labels"])
+    assert first.split("=")[1] in str(found.evidence[0]["labels"])  # explain ranks as Slack does
+    assert all(e["windows"] <= sum(found.verdicts.values()) for e in found.evidence)  # each window cites once
     snapshot(f"{scenario}.slack.json", body)
     snapshot(f"{scenario}.explain.txt", out.getvalue())
