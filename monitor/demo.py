@@ -3,7 +3,6 @@ with an injected clock, and show what tailwatch saw next to the ground truth."""
 
 from __future__ import annotations
 
-import html
 import shutil
 import tempfile
 from collections import Counter
@@ -16,7 +15,6 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import Progress
 from rich.table import Table
-from rich.text import Text
 
 from monitor import config as config_mod
 from monitor.aggregate.partial import ALL, Partial
@@ -221,23 +219,12 @@ def _verdicts(store: Store, truth) -> Table:
 
 def _incidents(store: Store) -> list[Panel]:
     """Each incident as the Slack message on-call would get (the demo has no Slack: this is the outbox)."""
-    from monitor.alerts.render import render
+    from monitor.alerts.render import render, terminal
     with store.transaction() as session:
         incidents = store.incidents.load(session, "churn")[::-1]  # oldest first
-    panels = []
-    for incident in incidents[:3]:
-        message = render(incident, "post", "open", None)
-        lines = []
-        for block in message.get("blocks", []):
-            text = block.get("text", {}).get("text") if isinstance(block.get("text"), dict) else None
-            if text:
-                lines.append(text)
-            for field in block.get("fields", []):
-                lines.append(field["text"].replace("\n", ": ", 1))
-        # Slack's entities decoded for the terminal, and the text taken as text: values came from the logs.
-        shown = html.unescape("\n".join(lines) or message.get("text", ""))
-        panels.append(Panel(Text(shown), expand=False,
-                            title=f"incident {incident['id']} ({incident['status']}): the Slack message"))
+    panels = [Panel(terminal(render(incident, "post", "open", None)), expand=False,
+                    title=f"incident {incident['id']} ({incident['status']}): the Slack message")
+              for incident in incidents[:3]]
     if not incidents:
         panels.append(Panel("no incident opened: nothing would have been sent to Slack", expand=False))
     return panels

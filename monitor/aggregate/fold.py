@@ -28,6 +28,10 @@ from monitor.aggregate.totals import Totals, count, count_codes, hist, sketch, t
 from monitor.schema import Schema
 from storage.rows import PartialRow
 
+# Signals that describe the model's run: their mean is over the requests that reached the model (not cache
+# hits, rejects or errors, which a service logs as 0 or not at all).
+MODEL_SIGNALS = ("batch_size", "spec_accept_rate")
+
 
 def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: bool,
          schema: Schema | None = None, profile: Any = None) -> list[PartialRow]:
@@ -189,10 +193,15 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
     for name in [keys.LATENCY] + [c for c in frame.columns if c.startswith(keys.STAGE_PREFIX)]:
         if name in frame:
             sketch(accs, name, latency if name == keys.LATENCY else numbers(frame[name]))
+    ran_model = None
     for name in schema.signals:
         v = numbers(frame[name]) if name in frame else np.full(n, np.nan)
         count(accs, keys.missing(name), np.isnan(v))
-        sketch(accs, keys.signal(name), v)
+        if name in MODEL_SIGNALS and ran_model is None:
+            ran_model = frame["status"].isin(("ok", "timeout")).to_numpy(dtype=bool)
+            if "cache_hit" in frame:
+                ran_model &= ~frame["cache_hit"].eq(True).to_numpy(dtype=bool)
+        sketch(accs, keys.signal(name), v, ran_model if name in MODEL_SIGNALS else None)
 
     fields = profile.fields if profile is not None else {}
     for name, kind in schema.features.items():

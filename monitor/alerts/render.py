@@ -11,9 +11,15 @@ become a mention (`<!channel>`, `<@U…>`), a link (`<https://…|text>`) or an 
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+from rich.text import Text
+
+from monitor.verdicts.evidence import gathered, parts
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -43,29 +49,19 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _num(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return f"{value:,}" if isinstance(value, int) else esc(value)
-
-
 def _labels(labels: Mapping[str, Any]) -> str:
     return " ".join(f"{esc(k)}={esc(v)}" for k, v in sorted(labels.items(), key=lambda kv: str(kv[0])))
 
 
 def evidence_line(e: Mapping[str, Any]) -> str:
-    """One evidence item (escaped mrkdwn): check, labels, value vs baseline, n and 95% interval."""
-    line = f"• `{esc(e['check'])}` {_labels(e.get('labels') or {})}: *{_num(e.get('value'))}*"
-    if e.get("baseline") is not None:
-        line += f" vs {_num(e['baseline'])}"
-    line += f" (n={_num(e.get('n'))}"
-    if e.get("interval_low") is not None and e.get("interval_high") is not None:
-        line += f", 95% CI {_num(e['interval_low'])}–{_num(e['interval_high'])}"
-    if e.get("share") is not None:
-        line += f", {e['share']:.0%} of the increase"
-    return line + ")"
+    """One evidence item (escaped mrkdwn), worded by `evidence.parts`: check, labels, value vs baseline
+    with their unit, the change, n and 95% interval."""
+    p = {k: esc(v) for k, v in parts(e).items()}
+    line = f"• `{p['check']}` {p['labels']}".rstrip() + f": *{p['value']}*"
+    if p["baseline"]:
+        line += f" vs {p['baseline']}"
+    detail = [x for x in (p["change"], p["n"], p["interval"]) if x]
+    return line + (f" ({', '.join(detail)})" if detail else "")
 
 
 def _when(value: Any) -> str:
@@ -113,8 +109,8 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     # Upper-cased before escaping: Slack decodes &lt; but not &LT;.
     title = _cut(f"{mark} {esc(raw_verdict.upper())}{estimated} — {who}".strip(), MAX_HEADER)
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}]
+    # The summary is the notification's text; the sections below say each of its parts once.
     line = esc(notes.get("summary") or "") or verdict
-    blocks.append(_section(f"*{line}*"))
     affected = sorted({_labels({k: v for k, v in (e.get("labels") or {}).items() if k in ("segment", "group", "class")})
                        for e in notes.get("evidence", []) if set(e.get("labels") or {}) & {"segment", "group", "class"}})
     fields = [f"*Severity*\n{esc(summary.get('severity', '-'))}",
@@ -126,19 +122,17 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
     if resolved:
         fields.append(f"*Resolved*\n{_when(incident.get('resolved_at'))}" + (f" — {resolution}" if resolution else ""))
     blocks.append({"type": "section", "fields": [_mrkdwn(_cut(f, MAX_FIELD)) for f in fields[:10]]})
-    evidence = notes.get("evidence") or []
+    # One ranked list: the evidence with the signals, inputs and quality the attribution names, each once.
+    evidence = gathered(notes)
     if evidence:
-        blocks.append(_section("*Evidence*\n" + "\n".join(evidence_line(e) for e in evidence[:8])))
-    stages = (notes.get("attribution") or {}).get("stages") or {}
-    if stages:
+        blocks.append(_section("*Evidence* (strongest first)\n" + "\n".join(evidence_line(e) for e in evidence[:8])))
+    # Where the increase sits, when total latency rose (else the shares split noise); stages without any omitted.
+    stages = {s: share for s, share in ((notes.get("attribution") or {}).get("stages") or {}).items() if share > 0}
+    if stages and any(e["check"] == "latency" and (e.get("labels") or {}).get("stage") == "total"
+                      and "quantile" in (e.get("labels") or {}) and e.get("status") == "breach" for e in evidence):
         q = esc(notes["attribution"].get("quantile", "p95"))
         blocks.append(_section(f"*Where the {q} latency increase sits*\n" + "\n".join(
             f"• stage `{esc(s)}`: {share:.0%}" for s, share in sorted(stages.items(), key=lambda kv: -kv[1])[:6])))
-    signals = (notes.get("attribution") or {}).get("signals") or []
-    if signals:
-        blocks.append(_section("*Correlated signals*\n" + "\n".join(
-            f"• `{esc(s['check'])}` {_labels(s.get('labels') or {})}: {_num(s.get('value'))} vs {_num(s.get('baseline'))}"
-            for s in signals[:6])))
     length = (notes.get("attribution") or {}).get("length")
     if length:
         blocks.append(_section({"inputs": "Inputs got longer; latency per input length held: the service is not "
@@ -172,3 +166,32 @@ def _mrkdwn(text: str) -> dict[str, Any]:
 
 def _section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": _mrkdwn(_cut(text, MAX_SECTION))}
+
+
+# Slack's emoji of the messages written here, as a terminal shows them.
+TERMINAL_EMOJI = {":red_circle:": ("●", "red"), ":large_orange_circle:": ("●", "dark_orange"),
+                  ":large_blue_circle:": ("●", "blue"), ":white_check_mark:": ("✔", "green"), ":repeat:": ("↻", "")}
+_MARKUP = re.compile(r"(\*[^*\n]+\*|`[^`\n]+`|:[a-z_]+:)")
+
+
+def terminal(message: Mapping[str, Any]) -> Text:
+    """A rendered message as a terminal shows it: the mrkdwn bold and code as styles, the emoji as
+    symbols, Slack's entities decoded; every value stays text (nothing from the logs is read as markup)."""
+    out = Text()
+    for block in message.get("blocks") or [{"type": "section", "text": {"text": message.get("text", "")}}]:
+        objects = ([block["text"]] if isinstance(block.get("text"), dict) else []) + block.get("elements", [])
+        lines = [o["text"] for o in objects] + [f["text"].replace("\n", ": ", 1) for f in block.get("fields", [])]
+        for line in lines:
+            base = "bold" if block["type"] == "header" else "dim" if block["type"] == "context" else ""
+            for piece in _MARKUP.split(line):
+                if piece in TERMINAL_EMOJI:
+                    out.append(TERMINAL_EMOJI[piece][0], TERMINAL_EMOJI[piece][1])
+                elif len(piece) > 2 and piece[0] == piece[-1] == "*":
+                    out.append(html.unescape(piece[1:-1]), f"{base} bold".strip())
+                elif len(piece) > 2 and piece[0] == piece[-1] == "`":
+                    out.append(html.unescape(piece[1:-1]), f"{base} cyan".strip())
+                else:
+                    out.append(html.unescape(piece), base)
+            out.append("\n")
+    out.rstrip()
+    return out

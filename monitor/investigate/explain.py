@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 
 from checks.catalog import names
@@ -21,6 +22,7 @@ from monitor.aggregate.keys import CACHE_TIME, LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import Partial
 from monitor.investigate import history, query
 from monitor.investigate.output import table
+from monitor.verdicts.evidence import parts, ranked
 from storage.store import Store
 
 BEFORE = timedelta(hours=2)  # the "before" of the latency decomposition: this long before the first window
@@ -155,7 +157,9 @@ def _stages(before: Partial | None, during: Partial | None) -> tuple[list[dict[s
     gains = {r["stage"]: max(r["p95_change_ms"] or 0, 0) for r in rows if r["stage"] != "total"}
     total_gain = sum(gains.values())
     for r in rows:
-        r["share_of_increase"] = round(gains[r["stage"]] / total_gain, 3) if r["stage"] in gains and total_gain else None
+        # A stage that carries none of the increase has no share to show.
+        r["share_of_increase"] = (round(gains[r["stage"]] / total_gain, 3)
+                                  if gains.get(r["stage"]) and total_gain else None)
     total = next((r for r in rows if r["stage"] == "total"), None)
     slower = (total is not None and total["p95_before"] and total["p95_during"] is not None
               and total["p95_during"] >= SLOWER_RATIO * total["p95_before"]
@@ -236,12 +240,20 @@ def _affected(breaches: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, Any]]:
-    """The verdicts' evidence (each distinct check and labels once, with the windows citing it), else the
-    breaching findings of the incident's windows, most frequent first."""
+    """The verdicts' evidence with the signals, inputs and quality their attribution names (each distinct
+    check and labels once, with the windows citing it), else the breaching findings of the incident's
+    windows; ranked by effect size (`evidence.ranked`, as Slack and Alertmanager rank them)."""
     out: dict[tuple, dict[str, Any]] = {}
-    for items in (verdicts["evidence"] if len(verdicts) else []):
-        for e in items or []:
-            key = (e.get("check"), tuple(sorted((e.get("labels") or {}).items())))
+    quantile, rows = None, 0
+    for row in verdicts.to_dict("records") if len(verdicts) else []:
+        attribution = row.get("attribution") or {}
+        quantile = attribution.get("quantile") or quantile
+        rows = max(rows, int(row.get("rows") or 0))
+        extra = [{**s, "status": "breach"} for key in ("signals", "inputs", "quality") for s in attribution.get(key) or []]
+        cited = {}  # each item once per window, the evidence's copy (with its interval) first
+        for e in list(row.get("evidence") or []) + extra:
+            cited.setdefault((e.get("check"), tuple(sorted((e.get("labels") or {}).items()))), e)
+        for key, e in cited.items():
             entry = out.setdefault(key, {**e, "windows": 0})
             entry["windows"] += 1
     if not out:
@@ -252,10 +264,7 @@ def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, 
             entry.update(value=_num(row["value"]), baseline=_num(row["baseline"]), n=int(row["n"] or 0),
                          interval_low=_num(row["interval_low"]), interval_high=_num(row["interval_high"]),
                          status="breach")
-    ranked = list(out.values())
-    if not len(verdicts) or not any(verdicts["evidence"].map(bool)):
-        ranked.sort(key=lambda e: (-e["windows"], -(e.get("n") or 0)))
-    return ranked[:EVIDENCE_MAX]
+    return ranked(out.values(), quantile, rows or None)[:EVIDENCE_MAX]
 
 
 def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: datetime, last: datetime
@@ -390,11 +399,16 @@ def _next_queries(store: Store, service: str, incident_id: int, version: str | N
     return out
 
 
+def _key(labels: Mapping[str, Any] | None) -> tuple:
+    return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+
+
 def render(result: Explanation, console: Console) -> None:
     """The explanation as panels and tables a person reads top to bottom."""
     inc = result.incident
     named = result.named
-    lines = [f"[bold]{result.verdict}[/] — {result.summary}",
+    summary = result.summary.removeprefix(f"{result.verdict}: ")
+    lines = [f"[bold]{result.verdict}[/] — {escape(summary)}",
              f"incident {inc['id']} ({inc['status']}), model version {inc.get('model_version') or '-'}, "
              f"windows {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC",
              "verdicts of its windows: " + (", ".join(f"{k} x{v}" for k, v in result.verdicts.items()) or "none stored")]
@@ -411,9 +425,9 @@ def render(result: Explanation, console: Console) -> None:
         lines.append("points at: " + "; ".join(pointers))
     console.print(Panel("\n".join(lines), title=f"incident {inc['id']}", expand=False))
     if result.evidence:
-        console.print(table(pd.DataFrame(result.evidence), "evidence chain (most telling first)",
-                            ["check", "labels", "value", "baseline", "n", "interval_low", "interval_high",
-                             "share", "windows"]))
+        worded = pd.DataFrame([{**parts(e), "windows": e.get("windows")} for e in result.evidence])
+        console.print(table(worded, "evidence, strongest first (effect size across checks)",
+                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"]))
     if result.stages:
         console.print(table(pd.DataFrame(result.stages),
                             f"latency per stage (ms): before = {result.before[0]:%H:%M}-{result.before[1]:%H:%M}, "
@@ -428,9 +442,14 @@ def render(result: Explanation, console: Console) -> None:
                             f"mean change, more misses add {c['from_misses_ms']:+.2f} ms and slower requests "
                             f"{c['from_slower_requests_ms']:+.2f} ms",
                             ["stage", "hit_ms", "miss_ms", "hit_ms_during", "miss_ms_during", "from_misses_ms"]))
-    if result.affected:
-        console.print(table(pd.DataFrame(result.affected), "affected segments, classes, groups and fields",
-                            ["check", "labels", "value", "baseline", "n", "interval", "windows"]))
+    # The affected parts not in the evidence already: a section never repeats another.
+    cited = {(e["check"], _key(e.get("labels"))) for e in result.evidence}
+    affected = [{**parts({**a, "interval_low": (a.get("interval") or [None, None])[0],
+                          "interval_high": (a.get("interval") or [None, None])[1]}), "windows": a["windows"]}
+                for a in result.affected if (a["check"], _key(a.get("labels"))) not in cited]
+    if affected:
+        console.print(table(pd.DataFrame(affected), "also affected: segments, classes, groups and fields",
+                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"]))
     if result.what_changed:
         console.print("[bold]what changed[/]")
         for c in result.what_changed:

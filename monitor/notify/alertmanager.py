@@ -24,6 +24,7 @@ from monitor.alerts.group import ALERT
 from monitor.config import Alertmanager, Config, ConfigError
 from monitor.notify.message import incident_of
 from monitor.notify.slack import SendResult
+from monitor.verdicts.evidence import gathered, text
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -56,24 +57,6 @@ def labels_of(alert: Mapping[str, Any], incident: Mapping[str, Any]) -> dict[str
     return {label_name(str(k)): str(v) for k, v in labels.items() if v is not None and str(v) != ""}
 
 
-def _num(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return "-" if value is None else str(value)
-
-
-def evidence_text(e: Mapping[str, Any]) -> str:
-    """One evidence item as plain text: check, labels, value vs baseline, n and 95% interval."""
-    labels = " ".join(f"{k}={v}" for k, v in sorted((e.get("labels") or {}).items()))
-    line = f"{e.get('check')} {labels}: {_num(e.get('value'))}"
-    if e.get("baseline") is not None:
-        line += f" vs {_num(e['baseline'])}"
-    line += f" (n={_num(e.get('n'))}"
-    if e.get("interval_low") is not None and e.get("interval_high") is not None:
-        line += f", 95% CI {_num(e['interval_low'])}-{_num(e['interval_high'])}"
-    return line + ")"
-
-
 def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime) -> list[dict[str, Any]]:
     """The Alertmanager alerts of `incident` (a snapshot with its times as datetimes) sent at `now`: its
     firing unmuted alerts end ENDS_AFTER resend intervals after `now`; the others, or all once the
@@ -91,7 +74,7 @@ def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime) -
         firing = not resolved and alert.get("state") == "firing" and not alert.get("muted")
         starts = datetime.fromisoformat(notes["onset"]) if notes.get("onset") else onset
         annotations = {"summary": str(notes.get("summary") or incident.get("verdict") or labels.get("alertname", ""))}
-        evidence = "\n".join(evidence_text(e) for e in (notes.get("evidence") or [])[:20])
+        evidence = "\n".join(text(e) for e in gathered(notes)[:20])
         if evidence:
             annotations["evidence"] = evidence[:MAX_ANNOTATION]
         if resolved and summary.get("resolution"):

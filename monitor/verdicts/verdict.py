@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from checks.catalog import names
+from monitor.verdicts.evidence import ranked, show, unit
 
 VERDICTS = ("slower", "worse", "both", "drift", "healthy", "insufficient_data", "no_data")
 HARMFUL = ("slower", "worse", "both")
@@ -171,7 +172,7 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
         evidence = _insufficient(whole)
     return Verdict(**base, verdict=verdict, estimated=estimated, rows=rows, evidence=tuple(evidence[:EVIDENCE_MAX]),
                    attribution=attribution, what_changed=tuple(changed),
-                   next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback)),
+                   next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback, _latency_rose(breach))),
                    rollback_to=rollback, summary=_summary(verdict, estimated, attribution, evidence, changed))
 
 
@@ -361,45 +362,69 @@ def _insufficient(whole: list[Mapping[str, Any]]) -> list[Evidence]:
             for f in pool]
 
 
+# What to look at when a stage carries most of the latency increase.
+STAGE_STEPS = {"batch_wait": "micro-batcher: max wait and max batch size",
+               "model": "model: compute per batch (hardware, model size, batch run time)",
+               "preprocess": "preprocessing: its version and the features it computes",
+               "parse": "parsing: request size and format"}
+
+
+def _latency_rose(breach: list[Mapping[str, Any]]) -> bool:
+    """Whether a total latency quantile breached: only then does a stage's share of the increase point
+    somewhere (otherwise it is a share of noise)."""
+    return any(f["check"] == "latency" and "quantile" in (f.get("labels") or {}) and is_service_regression(f)
+               for f in breach)
+
+
 def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed: list[dict[str, Any]],
-                rollback: str | None) -> list[str]:
+                rollback: str | None, latency_rose: bool) -> list[str]:
+    """Only the steps the evidence points at (what changed is listed beside them, not repeated here): a
+    rollback when this model version is new; the cache when its hit rate fell or it served stale results;
+    the top stage's own knobs when total latency rose; the queue, memory or batch size when that signal
+    moved; input lengths when they shifted; for worse, preprocessing when its version changed or a
+    labelled slice got worse, the threshold when the model version changed or a class's recall or
+    precision moved; the upstream producer for changed inputs."""
     steps = []
-    if rollback:
+    kinds = {c["kind"] for c in changed}
+    if rollback and "model_version" in kinds:
         steps.append(f"consider rolling back to accepted version {rollback}")
-    for c in changed:
-        steps.append(f"review the change: {c['text']}")
+    signals = attribution.get("signals", [])
+    moved = {str(s["labels"].get("signal")) for s in signals if s["check"] == "service_signal"}
     if verdict in ("slower", "both"):
-        stages = attribution.get("stages", {})
-        signals = {s["check"] + ":" + str(s["labels"].get("signal", "")) for s in attribution.get("signals", [])}
-        ordered = []
-        if any(s.startswith(("cache_hit_rate", "stale_cache")) for s in signals):
-            ordered.append("cache: hit rate and cache key (did a deploy change the key or flush the cache?)")
-        if stages:
-            top = next(iter(stages))
-            ordered.append(f"stage {top}: carries {stages[top]:.0%} of the latency increase")
-        if "batch_wait" in stages or any("batch" in s for s in signals):
-            ordered.append("batch wait: micro-batcher max wait and max batch size")
-        ordered.append("queue: queue depth and replica count (is the service saturated?)")
+        fell = [s for s in signals if s["check"] == "cache_hit_rate" and s["value"] is not None
+                and s["baseline"] is not None and s["value"] < s["baseline"]]
+        if fell or any(s["check"] == "stale_cache" for s in signals):
+            steps.append("cache: hit rate and cache key (did a deploy change the key or flush the cache?)")
+        top = next(iter(attribution.get("stages", {})), None) if latency_rose else None
+        if top is not None:
+            steps.append(STAGE_STEPS.get(top, f"stage {top}: what runs in it and what changed there"))
+        if "batch_size" in moved and top != "batch_wait":
+            steps.append(STAGE_STEPS["batch_wait"])
+        if "queue_depth" in moved:
+            steps.append("queue: queue depth and replica count (is the service saturated?)")
+        if "memory_mb" in moved:
+            steps.append("memory: memory use and swapping / GC pauses on the replicas")
         if attribution.get("length") == "inputs":
-            ordered.append("inputs got longer (latency per length bucket held): expect it to follow input length")
+            steps.append("inputs got longer (latency per length bucket held): expect it to follow input length")
         elif attribution.get("length") == "unknown":
-            ordered.append("input lengths shifted: compare latency per input length before blaming the service")
-        ordered.append("memory: memory use and swapping / GC pauses on the replicas")
-        steps += ordered
+            steps.append("input lengths shifted: compare latency per input length before blaming the service")
     if verdict in ("worse", "both"):
-        steps += ["numeric features: look for unit or scale changes (compare feature histograms)",
-                  "preprocessing: diff the preprocessing version and its outputs on a few requests",
-                  "truncation: are long text inputs cut before the model?",
-                  "threshold: did the decision threshold or class mapping change?"]
-    if verdict == "drift":
+        quality = attribution.get("quality", [])
+        sliced = any(set(q["labels"]) & {"segment", "group"} for q in quality if q["check"] in CONFIRMED_QUALITY)
+        if "preprocess_version" in kinds or sliced:
+            steps.append("preprocessing: diff the preprocessing version and its outputs on a few requests"
+                         + (" of the affected slice" if sliced else ""))
+        if "model_version" in kinds or any(q["check"] in CONFIRMED_QUALITY and q["labels"].get("metric")
+                                           in ("recall", "precision") for q in quality):
+            steps.append("threshold: did the decision threshold or class mapping change?")
+        if any(f["check"] in LENGTH_CHECKS for f in inputs):
+            steps.append("truncation: are long text inputs cut before the model?")
+    if inputs and verdict != "healthy":
         fields = sorted({str(f["labels"].get("field")) for f in inputs if f["labels"].get("field")})
         steps.append(f"inputs changed{' in ' + ', '.join(fields) if fields else ''}: check the upstream "
-                     "producer; quality is not confirmed hurt until labels arrive")
+                     "producer for new values, units or scale"
+                     + ("; quality is not confirmed hurt until labels arrive" if verdict == "drift" else ""))
     return steps
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidence: list[Evidence],
@@ -409,23 +434,27 @@ def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidenc
     parts = []
     total = attribution.get("total")
     if verdict in ("slower", "both") and total:
-        parts.append(f"{attribution['quantile']} total latency {_fmt(total['value'])} ms vs "
-                     f"{_fmt(total['baseline'])} ms")
+        parts.append(f"{attribution['quantile']} total latency {show(total['value'], 'ms')} vs "
+                     f"{show(total['baseline'], 'ms')}")
     stages = attribution.get("stages", {})
     if verdict in ("slower", "both") and stages:
         top = next(iter(stages))
         parts.append(f"{stages[top]:.0%} of the increase in stage {top}")
     for s in attribution.get("signals", [])[:2]:
         what = s["labels"].get("signal") or s["labels"].get("field") or ""
-        parts.append(f"{s['check']}{' ' + what if what else ''} {_fmt(s['value'])} vs {_fmt(s['baseline'])}")
+        u = unit(s["check"], s["labels"])
+        parts.append(f"{s['check']}{' ' + what if what else ''} {show(s['value'], u)} vs {show(s['baseline'], u)}")
     if verdict == "insufficient_data":
         parts = [f"{e.check} {','.join(f'{k}={v}' for k, v in sorted(e.labels.items()))} n={e.n}"
                  + (f" of {e.needed_n} needed" if e.needed_n else "") for e in evidence[:3]]
     if verdict not in ("slower",) and evidence and not parts:
-        e = evidence[0]
-        labels = ",".join(f"{k}={v}" for k, v in sorted(e.labels.items()))
-        held = ", held: still shifted from its baseline" if e.status == "held" else ""
-        parts.append(f"{e.check} {labels} {_fmt(e.value)} vs {_fmt(e.baseline)} (n={e.n}{held})")
+        # The strongest item, as the messages rank it.
+        e = ranked([x.as_dict() for x in evidence], attribution.get("quantile"))[0]
+        labels = ",".join(f"{k}={v}" for k, v in sorted(e["labels"].items()))
+        held = ", held: still shifted from its baseline" if e["status"] == "held" else ""
+        u = unit(e["check"], e["labels"])
+        base = "" if e["baseline"] is None or u == "PSI" and not e["baseline"] else f" vs {show(e['baseline'], u)}"
+        parts.append(f"{e['check']} {labels} {show(e['value'], u)}{base} (n={e['n']:,}{held})")
     if changed:
         parts.append(changed[0]["text"])
     return head + (": " + "; ".join(parts) if parts else "")

@@ -272,10 +272,10 @@ def test_hostile_values_reach_slack_escaped(open_store, tmp_path, fake_slack, re
     body = "\n".join(sections)
     assert f"stage `{ESCAPED}`" in body  # stage, in tailwatch's own code markup
     assert f"class={ESCAPED}" in body and f"group={ESCAPED}" in body and f"segment={ESCAPED}" in body
-    assert "*Where the p95 latency increase sits*" in body and f"of the increase in stage {ESCAPED}" in body
-    assert f"*Correlated signals*\n• `oov_rate` field={ESCAPED}: 0.2 vs 0.01" in body
-    assert f"*both: p95 total latency 200 ms vs 50 ms; 100% of the increase in stage {ESCAPED}; oov_rate {ESCAPED}" \
-        in body  # the summary, in tailwatch's bold
+    assert f"*Where the p95 latency increase sits*\n• stage `{ESCAPED}`: 100%" in body
+    assert f"• `oov_rate` field={ESCAPED}: *20%* vs 1%" in body  # a correlated signal, ranked in the evidence
+    assert f"both: p95 total latency 200 ms vs 50 ms; 100% of the increase in stage {ESCAPED}; oov_rate {ESCAPED}" \
+        in post["text"]  # the summary: the notification's text
     affects = next(f for f in fields if f.startswith("*Affects*"))
     assert affects.startswith(f"*Affects*\n{ESCAPED} model {ESCAPED} — ")  # service, model_version
     assert f"segment={ESCAPED}" in affects

@@ -203,3 +203,28 @@ def test_an_episode_holds_on_its_prediction_drift_while_it_stays_shifted():
     assert run(back, held={key}).verdict == "healthy"
     other = ("prediction_drift", (("output", "prediction"),))
     assert run(shifted, held={other}).verdict == "healthy"
+
+
+def test_next_steps_are_only_those_the_evidence_supports():
+    slower = replace(healthy_base(), "latency", {"stage": "total", "quantile": "p95"}, status="breach", value=160.0,
+                     baseline=60.0)
+    slower = replace(slower, "latency", {"stage": "batch_wait", "quantile": "p95"}, status="breach", value=105.0,
+                     baseline=5.0)
+    slower = replace(slower, "cache_hit_rate", {}, status="breach", value=0.95, baseline=0.8)  # rose: no cache step
+    v1 = {"kind": "model_version", "value": "v1", "first_seen": T0 - timedelta(days=10)}
+    old_version = [v1, {"kind": "model_version", "value": "v2", "first_seen": T0 - timedelta(days=3)},
+                   {"kind": "config_hash", "value": "pp0", "first_seen": T0 - timedelta(days=10)},
+                   {"kind": "config_hash", "value": "abc", "first_seen": T0}]
+    v = run(slower, versions=old_version, accepted_versions=["v1"])
+    assert v.verdict == "slower" and v.rollback_to == "v1"
+    # No rollback (the version did not change at the onset), no cache, memory or generic queue step, and the
+    # config change is in what_changed, not repeated as a step.
+    assert v.next_steps == ("micro-batcher: max wait and max batch size",)
+    assert [c["value"] for c in v.what_changed] == ["abc"]
+    new_version = [v1, {"kind": "model_version", "value": "v2", "first_seen": T0 - timedelta(minutes=5)}]
+    assert run(slower, versions=new_version, accepted_versions=["v1"]).next_steps[0] == \
+        "consider rolling back to accepted version v1"
+    # A stage's share of an increase that did not breach points nowhere.
+    flat = replace(healthy_base(), "cache_hit_rate", {}, status="breach", value=0.07, baseline=0.22)
+    flat = replace(flat, "latency", {"stage": "batch_wait", "quantile": "p95"}, value=9.0, baseline=5.0)
+    assert run(flat).next_steps == ("cache: hit rate and cache key (did a deploy change the key or flush the cache?)",)

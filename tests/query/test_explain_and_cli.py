@@ -161,7 +161,7 @@ def test_cli_logs_compare_explain_report(cli_config):
               "--until", "2026-11-02T02:00:00Z")
     assert "hard constraints" in res.stdout and "fails a constraint" in res.stdout
     res = cli(config, "explain", str(incident_id))
-    assert res.exit_code == 0 and "evidence chain" in res.stdout and "tailwatch query logs" in res.stdout
+    assert res.exit_code == 0 and "evidence, strongest first" in res.stdout and "tailwatch query logs" in res.stdout
     res = cli(config, "explain", str(incident_id), "--format", "json")
     assert json.loads(res.stdout)["verdict"] == "slower"
     out = work / "report.html"

@@ -93,7 +93,10 @@ def test_metrics_agree_with_the_raw_logs(filled, scenario_run):
             assert near[0] * 0.99 <= got[f"total_{label}_ms"] <= near[1] * 1.01, (version, label, exact)
         hits = rows["cache_hit"].astype(bool)
         assert got["cache_hit_rate"] == pytest.approx(hits.mean())
-        assert got["batch_size_mean"] == pytest.approx(rows["batch_size"].mean())
+        # A batch size is a request's that reached the model: not a cache hit, a reject or an error.
+        batched = rows["status"].isin(["ok", "timeout"]) & ~hits
+        assert got["batch_size_mean"] == pytest.approx(rows.loc[batched, "batch_size"].mean())
+        assert (rows.loc[batched, "batch_size"] > 0).all()
     v1, v2 = frame.set_index("model_version").loc["v1"], frame.set_index("model_version").loc["v2"]
     assert v2["cache_hit_rate"] < v1["cache_hit_rate"] - 0.1
 

@@ -1,0 +1,204 @@
+"""Evidence as people read it: each value with its unit, and a verdict's evidence ranked by effect size
+across check families. Slack, the Alertmanager annotation and `tailwatch explain` all rank with `ranked`
+and word each item with `parts`, so the three say the same thing in the same order.
+
+Effect sizes are put on one scale, about Cohen's h (0.2 small, 0.5 medium, 0.8 large): shares by Cohen's h,
+PSI by its square root (which is h for a small shift of a two-valued mix), magnitudes (ms, a signal's mean,
+a rate per second) by the absolute log of their ratio (1.5x is 0.41, 2x is 0.69). An effect measured on a
+slice of the traffic (a segment, a group, an input-length bucket) counts by the share of requests it covers,
+so a new category on 28% of traffic outranks the latency of one length bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from checks.catalog import REGISTRY
+
+# Checks whose value is a share of something, 0..1 (shown in %).
+SHARES = ("cache_hit_rate", "stale_cache", "missing_rate", "out_of_range", "unseen_categories", "oov_rate",
+          "label_coverage", "label_bias")
+PSI = ("drift", "prediction_drift", "length_distribution")
+QUALITY = ("quality", "quality_estimate", "acceptance")
+# The units of the service signals whose meaning the contract fixes; a user's own signal has none known.
+SIGNAL_UNITS = {"batch_size": "requests", "queue_depth": "requests", "memory_mb": "MB", "spec_accept_rate": "%"}
+# Labels that name a slice of the traffic: an effect there counts by the share of requests the slice holds.
+SLICES = ("segment", "group", "bucket")
+# Labels that say which quantile: one line per measure, at the verdict's quantile (else the strongest).
+QUANTILE = "quantile"
+
+
+def unit(check: str, labels: Mapping[str, Any]) -> str:
+    """The unit of a finding's value: ms, %, PSI, nats, pp (a difference of shares), x (a ratio), a rate per
+    second, a signal's unit, or '' (a metric's own 0..1 figure, a signal without a known unit)."""
+    if check.startswith("slo:"):
+        return "ms" if "latency" in str(labels.get("slo", "")) else "%"
+    if check in SHARES:
+        return "%"
+    if check in PSI:
+        return "PSI"
+    if check in QUALITY:
+        return "nats" if labels.get("metric") == "log_loss" else ""
+    if check == "version_compare":
+        return "pp"
+    if check == "service_signal":
+        return SIGNAL_UNITS.get(str(labels.get("signal")), "")
+    if check == "hotspot":
+        return "ms" if labels.get("measure") == "latency" else "%"
+    if check == "latency":
+        if "rate" in labels:
+            return "%"
+        if "throughput" in labels:
+            return f"{str(labels['throughput']).replace('_', ' ')}/s"
+        if "tokens_per_s" in labels:
+            return "tokens/s"
+        if "queue" in labels:
+            return "x"
+        return "ms"
+    return ""
+
+
+def show(value: Any, unit_: str) -> str:
+    """`value` in `unit_`: 3 significant digits (thousands separated from 10,000), shares and differences
+    of shares as percent, PSI named before its value; '-' for no value."""
+    if value is None or isinstance(value, float) and math.isnan(value):
+        return "-"
+    v = float(value)
+    if unit_ == "%":
+        return f"{_digits(100 * v)}%"
+    if unit_ == "pp":
+        return f"{100 * v:+.3g} pp"
+    if unit_ == "PSI":
+        return f"PSI {_digits(v)}"
+    if unit_ == "x":
+        return f"{_digits(v)}x"
+    return f"{_digits(v)} {unit_}" if unit_ else _digits(v)
+
+
+def _digits(v: float) -> str:
+    if abs(v) >= 1e4:
+        return f"{v:,.0f}"
+    return f"{v:.3g}" if v == 0 or abs(v) >= 0.001 else f"{v:.2g}"
+
+
+def parts(e: Mapping[str, Any]) -> dict[str, str]:
+    """The words of one evidence item, raw (escape before markup): its value and baseline with their unit,
+    the change (a ratio for magnitudes, points for shares), n with what it counts, the 95% interval."""
+    check, labels = str(e.get("check")), dict(e.get("labels") or {})
+    u = unit(check, labels)
+    value, base = e.get("value"), e.get("baseline")
+    change = ""
+    if value is not None and base is not None:
+        if u == "%":
+            change = f"{100 * (float(value) - float(base)):+.3g} pp"
+        elif u not in ("PSI", "pp", "x", "%", "") and float(base) > 0 and float(value) >= 0:
+            change = f"{float(value) / float(base):.2g}x"
+    low, high = e.get("interval_low"), e.get("interval_high")
+    contract = REGISTRY.get("slo" if check.startswith("slo:") else check)
+    n = e.get("n")
+    return {"check": check,
+            "labels": " ".join(f"{k}={v}" for k, v in sorted(labels.items(), key=lambda kv: str(kv[0]))),
+            # A PSI is measured against the reference already: its baseline of 0 says nothing.
+            "value": show(value, u), "baseline": "" if base is None or u == "PSI" and not base else show(base, u),
+            "change": change,
+            "n": "" if n is None else f"n={int(n):,}" + (f" {contract.n_of}" if contract is not None else ""),
+            "interval": "" if low is None or high is None else f"95% CI {_range(low, high, u)}"}
+
+
+def _range(low: Any, high: Any, unit_: str) -> str:
+    """An interval with its unit once: `44.7–45.6 ms`, `13.3–16.6%`, `PSI 0.987–1.26`."""
+    lo, hi = float(low), float(high)
+    if unit_ == "PSI":
+        return f"PSI {_digits(lo)}–{_digits(hi)}"
+    if unit_ == "%":
+        return f"{_digits(100 * lo)}–{_digits(100 * hi)}%"
+    if unit_ == "pp":
+        return f"{100 * lo:+.3g}–{100 * hi:+.3g} pp"
+    if unit_ == "x":
+        return f"{_digits(lo)}–{_digits(hi)}x"
+    return f"{_digits(lo)}–{_digits(hi)}" + (f" {unit_}" if unit_ else "")
+
+
+def text(e: Mapping[str, Any]) -> str:
+    """One evidence item as plain text: check and labels, value vs baseline (change), n and interval."""
+    p = parts(e)
+    line = f"{p['check']} {p['labels']}".strip() + f": {p['value']}"
+    if p["baseline"]:
+        line += f" vs {p['baseline']}"
+    detail = [x for x in (p["change"], p["n"], p["interval"]) if x]
+    return line + (f" ({', '.join(detail)})" if detail else "")
+
+
+def effect(e: Mapping[str, Any], whole_n: float | None = None) -> float | None:
+    """The effect size of one evidence item on the common scale (module docstring), counted by the share
+    of `whole_n` requests its slice holds; None when value or baseline is missing. SLO rules (the user's
+    own objective) rank first: infinite."""
+    check, labels = str(e.get("check")), e.get("labels") or {}
+    if check.startswith("slo:"):
+        return math.inf
+    value, base = e.get("value"), e.get("baseline")
+    if value is None or (base is None and check != "label_bias"):
+        return None
+    v, b = float(value), float(base or 0.0)
+    u = unit(check, labels)
+    if u == "%" or (check in QUALITY and u == ""):
+        size = abs(_h(v) - _h(b))
+    elif u == "PSI":
+        size = abs(math.sqrt(max(v, 0.0)) - math.sqrt(max(b, 0.0)))
+    elif u == "pp":
+        size = 2 * abs(v)
+    elif v > 0 and b > 0:
+        size = abs(math.log(v / b))
+    else:
+        size = abs(v - b) / abs(b) if b else None
+    if size is None:
+        return None
+    if whole_n and any(k in labels for k in SLICES) and e.get("n") is not None:
+        size *= min(float(e["n"]) / whole_n, 1.0)
+    return size
+
+
+def _h(p: float) -> float:
+    return 2 * math.asin(math.sqrt(min(max(p, 0.0), 1.0)))
+
+
+def ranked(items: Iterable[Mapping[str, Any]], quantile: str | None = None,
+           rows: int | None = None) -> list[dict[str, Any]]:
+    """Evidence items strongest first: each check and labels once (the first item wins, later ones fill
+    its missing keys), one quantile per measure (`quantile`, the verdict's, else the strongest), ranked by
+    `effect` with slices counted against `rows` requests (else the largest n of the same check outside a
+    slice); items without an effect last, in their given order."""
+    merged: dict[tuple, dict[str, Any]] = {}
+    for e in items:
+        key = (e.get("check"), tuple(sorted((str(k), str(v)) for k, v in (e.get("labels") or {}).items())))
+        if key in merged:
+            merged[key].update({k: v for k, v in e.items() if merged[key].get(k) is None})
+        else:
+            merged[key] = dict(e)
+    whole: dict[str, float] = {}
+    for e in merged.values():
+        if not any(k in (e.get("labels") or {}) for k in SLICES):
+            whole[e["check"]] = max(whole.get(e["check"], 0.0), float(e.get("n") or 0))
+    sized = [(effect(e, whole.get(e["check"]) or rows), i, e) for i, e in enumerate(merged.values())]
+    best: dict[tuple, tuple] = {}
+    for size, i, e in sized:
+        labels = e.get("labels") or {}
+        measure = (e["check"], tuple(sorted((str(k), str(v)) for k, v in labels.items() if k != QUANTILE)))
+        at = QUANTILE in labels and quantile is not None and labels[QUANTILE] == quantile
+        rank = (at, size if size is not None else -1.0, -i)
+        if measure not in best or rank > best[measure][0]:
+            best[measure] = (rank, size, i, e)
+    kept = sorted(best.values(), key=lambda r: (r[1] is None, -(r[1] or 0.0), r[2]))
+    return [e for _, _, _, e in kept]
+
+
+def gathered(notes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ranked evidence of one alert's annotations: its evidence with the correlated signals, the input
+    changes and the quality the verdict's attribution names, each once."""
+    attribution = notes.get("attribution") or {}
+    pool = list(notes.get("evidence") or [])
+    for key in ("signals", "inputs", "quality"):
+        pool += [{**s, "status": s.get("status", "breach")} for s in attribution.get(key) or []]
+    return ranked(pool, attribution.get("quantile"), notes.get("rows"))
