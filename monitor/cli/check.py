@@ -35,21 +35,24 @@ def check_logs(
 
 
 def print_sample(sample, console: Console = out) -> None:
-    """One source's sample as two tables: its fields, then its quarantine reasons. Every value from the logs
-    goes in as plain text (never markup)."""
+    """One source's sample as two tables: its fields (a time's or a duration's example beside what it is read
+    as, so a wrong unit shows), then its quarantine reasons. Every value from the logs goes in as plain text
+    (never markup)."""
     head = Text(f"{sample.service} {sample.source} ({sample.where}): {sample.read:,} rows read, "
                 f"{sample.accepted:,} accepted, {sample.read - sample.accepted:,} quarantined",
                 style="bold" if sample.accepted or not sample.read else "bold red")
     console.print(head)
     fields = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name, justify in (("field", "left"), ("column", "left"), ("example", "left"), ("missing", "right"),
-                          ("unreadable", "right")):
-        fields.add_column(name, justify=justify, overflow="fold", no_wrap=name in ("field", "column"))
+    for name, justify in (("field", "left"), ("column", "left"), ("example", "left"), ("read as", "left"),
+                          ("missing", "right"), ("unreadable", "right")):
+        fields.add_column(name, justify=justify, overflow="fold", no_wrap=name in ("field", "column", "read as"))
     for f in sample.fields:
         column = Text(f.column if f.found else f"{f.column} (not found)", style="" if f.found else "red")
         fields.add_row(Text(f.field + (" *" if f.required else "")), column, Text(f.example or "-"),
-                       f"{f.missing:.0%}", f"{f.unreadable:.0%}")
+                       Text(f.read_as or ""), f"{f.missing:.0%}", f"{f.unreadable:.0%}")
     console.print(fields)
+    for line in sample.warnings:
+        console.print(Text("warning: ", style="bold red") + Text(line))
     if sample.unused:
         console.print(Text(f"columns no field is read from: {', '.join(sample.unused)} (map them with `columns:`)",
                            style="yellow"))
