@@ -144,8 +144,14 @@ def test_check_logs_without_a_mapping_says_nothing_would_be_accepted(cli, tmp_pa
     assert (preds["source"], preds["accepted"], preds["read"]) == ("predictions", 0, GOOD + len(BAD))
     fields = {f["field"]: f for f in preds["fields"]}
     assert fields["request_id"] == {"field": "request_id", "column": "request_id", "required": True,
-                                    "found": False, "example": None, "missing": 1.0, "unreadable": 0.0}
+                                    "found": False, "example": None, "read_as": None, "missing": 1.0,
+                                    "unreadable": 0.0}
     assert {"id", "timestamp", "model", "latency"} <= set(preds["unused_columns"])
+    [warning] = preds["warnings"]
+    assert warning.startswith("required fields not found: request_id, ts, model_version; every row would be "
+                              "quarantined"), warning
+    assert "sources.predictions.columns" in warning
+    assert timings["warnings"][0].startswith("required fields not found: request_id, duration_ms;")
     reasons = {r["reason"]: r for r in preds["reasons"]}
     assert reasons["missing_field"]["field"] == "request_id, ts, model_version"
     assert reasons["missing_field"]["line"].startswith('{"id": "tx-0", "timestamp": ' + START_MS)
@@ -165,6 +171,9 @@ def test_check_logs_with_the_mapping(cli, tmp_path):
     fields = {f["field"]: f for f in preds["fields"]}
     assert fields["ts"]["column"] == "timestamp" and fields["ts"]["found"]
     assert fields["ts"]["example"] == START_MS
+    assert fields["ts"]["read_as"] == "2026-12-04T12:00:00Z"  # the example's own row, in milliseconds
+    assert (fields["latency_ms"]["example"], fields["latency_ms"]["read_as"]) == ("0.04", "40 ms")
+    assert preds["warnings"] == [] and timings["warnings"] == []
     assert fields["ts"]["unreadable"] == pytest.approx(1 / (GOOD + len(BAD) - 1), abs=1e-4)
     assert fields["model_version"]["missing"] == pytest.approx(1 / (GOOD + len(BAD) - 1), abs=1e-4)
     assert {r["reason"]: r["field"] for r in preds["reasons"]} == {reason: field for _, reason, field in BAD}
@@ -218,6 +227,17 @@ def test_an_unknown_contract_field_in_columns_is_an_error_listing_the_valid_ones
     message = str(exc.value)
     assert "services[0].sources: predictions.columns: 'timestamp' is not a contract field of predictions" in message
     assert "(valid: request_id, ts, model_version, status, latency_ms" in message
+    assert "the contract field comes first" not in message
+
+
+def test_a_mapping_written_the_wrong_way_round_says_which_way(tmp_path):
+    raw = raw_config(tmp_path, mapped=True)
+    (tmp_path / "preds").mkdir()
+    (tmp_path / "stages").mkdir()
+    raw["services"][0]["sources"]["predictions"]["columns"] = {"id": "request_id", "ts": "timestamp"}
+    with pytest.raises(config_mod.ConfigError) as exc:
+        config_mod.parse(raw)
+    assert str(exc.value).endswith("; the contract field comes first: request_id: id")
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
