@@ -15,11 +15,13 @@ from monitor.config import FileSource, Limits, Service, SqlSource
 from monitor.contract import DURATIONS, FIELDS, REQUIRED, TIMESTAMPS, Reason, RecordKind
 from monitor.ingest.accept import check_batch
 from monitor.ingest.quarantine import as_written, printable
-from monitor.ingest.shape import column_of
+from monitor.ingest.shape import PER_SECOND, column_of
 from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE
 
 SAMPLE_LINES = 1000
+_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+_PLAUSIBLE = (946_684_800, 4_102_444_800)  # epoch seconds of 2000 and 2100: a time a log holds
 Row = tuple[int, str | None, int | None]  # a parsed row: its batch's number, its file (small files read together), its line
 _BATCH = "_batch"
 # Reasons that say a present value could not be read as its field (missing_field says it was absent).
@@ -64,18 +66,7 @@ class SourceSample:
     fields: list[FieldSample] = field(default_factory=list)
     reasons: list[ReasonSample] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # columns seen that no field is read from
-
-    @property
-    def warnings(self) -> list[str]:
-        """What stops every row from being accepted: required fields whose column was not seen."""
-        lost = [f for f in self.fields if f.required and not f.found]
-        if not self.read or not lost:
-            return []
-        fields = ", ".join(f.field if f.column == f.field else f"{f.field} (column {f.column})" for f in lost)
-        plural = len(lost) > 1
-        return [f"required field{'s' * plural} not found: {fields}; every row would be quarantined. Name the "
-                f"column{'s' * plural} holding {'them' if plural else 'it'} under sources.{self.source}.columns "
-                f"(contract field: your column, e.g. `{lost[0].field}: <column>`)"]
+    warnings: list[str] = field(default_factory=list)  # what keeps rows out, and how to say what they are
 
     def as_dict(self) -> dict:
         return {"service": self.service, "source": self.source, "where": self.where, "read": self.read,
@@ -138,7 +129,33 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
     used = {column_of(source, name) for name in names}
     unused = [c for c in present if c not in used]
     where = str(source.path) if isinstance(source, FileSource) else source.table
-    return SourceSample(service.name, kind.value, where, read, accepted, fields, reasons, unused)
+    return SourceSample(service.name, kind.value, where, read, accepted, fields, reasons, unused,
+                        _warnings(kind, source, read, fields))
+
+
+def _warnings(kind: RecordKind, source: FileSource | SqlSource, read: int, fields: list[FieldSample]) -> list[str]:
+    """Required fields whose column was not seen; times written as numbers in another epoch unit than the
+    source says; a request's latency that reads as under a millisecond while the source says ms."""
+    out = []
+    lost = [f for f in fields if f.required and not f.found]
+    if read and lost:
+        named = ", ".join(f.field if f.column == f.field else f"{f.field} (column {f.column})" for f in lost)
+        plural = len(lost) > 1
+        out.append(f"required field{'s' * plural} not found: {named}; every row would be quarantined. Name the "
+                   f"column{'s' * plural} holding {'them' if plural else 'it'} under sources.{kind.value}.columns "
+                   f"(contract field: your column, e.g. `{lost[0].field}: <column>`)")
+    for f in fields:
+        number = pd.to_numeric(f.example, errors="coerce") if f.example is not None else None
+        if f.field in TIMESTAMPS and f.unreadable and number is not None and not pd.isna(number):
+            unit = next((u for u, per in PER_SECOND.items() if _PLAUSIBLE[0] <= abs(number) / per < _PLAUSIBLE[1]), None)
+            if unit is not None and unit != source.timestamps.epoch_unit:
+                out.append(f"{f.field}: {f.example} is a time in epoch {_UNIT_NAMES[unit]}, read as epoch "
+                           f"{_UNIT_NAMES[source.timestamps.epoch_unit]}: set `timestamps: {{epoch_unit: {unit}}}`")
+        # A whole request in under a millisecond is rare; a stage (duration_ms) may well be.
+        if (f.field in ("latency_ms", "ttft_ms") and source.durations == "ms" and f.read_as is not None and number is not None
+                and 0 < number < 1):
+            out.append(f"{f.field}: {f.example} reads as {f.read_as}; if it is written in seconds, set `durations: s`")
+    return out
 
 
 def _fields(kind: RecordKind, service: Service, source: FileSource | SqlSource, present: Counter) -> list[str]:

@@ -188,6 +188,22 @@ def test_check_logs_with_the_mapping(cli, tmp_path):
     assert '"status": "[bold red]boom[/]"' in table.output
 
 
+def test_check_logs_names_the_unit_a_time_or_a_latency_is_written_in(cli, tmp_path):
+    write_logs(tmp_path)
+    raw = raw_config(tmp_path, mapped=True)
+    shape = raw["services"][0]["sources"]["predictions"]
+    shape["timestamps"] = {"epoch_unit": "s"}  # the even lines' epoch milliseconds read as seconds
+    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw))
+    preds, _ = json.loads(cli("check-logs", "--now", NOW.isoformat(), "--format", "json").output)
+    assert preds["warnings"] == [f"ts: {START_MS} is a time in epoch milliseconds, read as epoch seconds: "
+                                 "set `timestamps: {epoch_unit: ms}`"]
+    shape["timestamps"], shape["durations"] = {"epoch_unit": "ms"}, "ms"  # latency in seconds read as ms
+    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw))
+    preds, timings = json.loads(cli("check-logs", "--now", NOW.isoformat(), "--format", "json").output)
+    assert preds["warnings"] == ["latency_ms: 0.04 reads as 0.04 ms; if it is written in seconds, set `durations: s`"]
+    assert timings["warnings"] == []  # a stage may take under a millisecond; these take 12.5 and 20
+
+
 def test_quarantine_shows_the_field_and_the_line_as_written(cli, tmp_path):
     write_logs(tmp_path)
     (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw_config(tmp_path, mapped=True)))
