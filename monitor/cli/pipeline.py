@@ -36,7 +36,7 @@ def init(
     if path.exists() and not force:
         fail(f"{path} exists; use --force to overwrite")
     path.write_text(config_mod.example(), encoding="utf-8")
-    out.print(f"wrote {path}; edit its sources and schema, then run `tailwatch db upgrade` and `tailwatch tick`")
+    out.print(f"wrote {path}; edit its sources and schema, check them with `tailwatch check-logs`, then run `tailwatch db upgrade` and `tailwatch tick`")
 
 
 def tick(
