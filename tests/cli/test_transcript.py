@@ -2,8 +2,9 @@
 shape (`id`, `timestamp` in epoch milliseconds, `model`, latency and stage timings in seconds), the installed
 `tailwatch` script runs as a subprocess for each step the README's quick start gives: `init`, the mapping
 edited into the file `init` wrote, `check-logs`, `db upgrade`, `reference build`, `tick`, `run --once`,
-`query findings`, `query incidents` and `explain`. Every assertion is on what the user reads: the tables and
-messages, and the exit code."""
+`query findings`, `query incidents` and `explain`; and, without the mapping, the same logs: `check-logs`' and
+`tick`'s warnings naming request_id, ts and model_version, and the daemon's `no_data` alert. Every assertion
+is on what the user reads: the tables and messages (JSON where a table cell would wrap), and the exit code."""
 
 from __future__ import annotations
 
@@ -221,3 +222,18 @@ def test_the_same_logs_without_the_mapping_warn_naming_the_fields(fresh):
                      said), said
     assert "missing_field" in said and "predictions: request_id, ts, model_version" in said
     assert "`tailwatch check-logs` shows what each field is read from" in said
+
+    # The service keeps logging in its shape; the daemon's next job quarantines that too and says so as no_data.
+    log = fresh / "logs/fraud/2026-12-03.jsonl"
+    more = log.read_bytes().splitlines()[-50:]
+    with log.open("ab") as f:
+        f.write(b"".join(line.replace(b'"tx-', b'"tx-late-') + b"\n" for line in more))
+    decided = tw("run", "--once", "--now", "2026-12-03T08:05:00Z", cwd=fresh)
+    assert decided.returncode == 0, decided.stderr
+    shown = tw("alerts", cwd=fresh)
+    assert shown.returncode == 0 and "no_data" in shown.stdout and "source=quarantine" in shown.stdout
+    [alert] = [a for a in json.loads(tw("alerts", "-f", "json", cwd=fresh).stdout)["alerts"]
+               if a["labels"].get("source") == "quarantine"]
+    assert alert["labels"]["alertname"] == "no_data"
+    assert alert["summary"].startswith("fraud's logs are mostly quarantined: quarantined 50 of 50 rows (100%")
+    assert "predictions: request_id, ts, model_version" in alert["summary"]
