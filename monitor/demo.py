@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from monitor import config as config_mod
 from monitor.aggregate.partial import ALL, Partial

@@ -35,8 +35,9 @@ def check_logs(
 
 
 def print_sample(sample, console: Console = out) -> None:
-    """One source's sample as two tables: its fields, then its quarantine reasons. Every value from the logs
-    goes in as plain text (never markup)."""
+    """One source's sample as two tables: its fields (and what a time's or a duration's example is read as,
+    so a wrong unit shows), then its quarantine reasons. Every value from the logs goes in as plain text
+    (never markup)."""
     head = Text(f"{sample.service} {sample.source} ({sample.where}): {sample.read:,} rows read, "
                 f"{sample.accepted:,} accepted, {sample.read - sample.accepted:,} quarantined",
                 style="bold" if sample.accepted or not sample.read else "bold red")
@@ -50,6 +51,13 @@ def print_sample(sample, console: Console = out) -> None:
         fields.add_row(Text(f.field + (" *" if f.required else "")), column, Text(f.example or "-"),
                        f"{f.missing:.0%}", f"{f.unreadable:.0%}")
     console.print(fields)
+    console.print(Text("* required", style="dim"))
+    # Below the table, not in it: an instant in RFC 3339 would fold the examples of an 80-column terminal.
+    for f in sample.fields:
+        if f.read_as is not None:
+            console.print(Text(f"{f.field}: {f.example} is read as {f.read_as}"))
+    for line in sample.warnings:
+        console.print(Text("warning: ", style="bold red") + Text(line))
     if sample.unused:
         console.print(Text(f"columns no field is read from: {', '.join(sample.unused)} (map them with `columns:`)",
                            style="yellow"))
@@ -61,5 +69,4 @@ def print_sample(sample, console: Console = out) -> None:
         for r in sample.reasons:
             reasons.add_row(r.reason, f"{r.rows:,}", Text(r.field or "-"), Text(r.position), Text(r.line))
         console.print(reasons)
-    console.print(Text("* required", style="dim"))
     console.print()

@@ -41,9 +41,10 @@ def init(
     if path.exists() and not force:
         fail(f"{path} exists; use --force to overwrite")
     path.write_text(config_mod.example(), encoding="utf-8")
-    record = {"wrote": str(path), "next": ["tailwatch db upgrade", "tailwatch tick"]}
-    render([record], fmt, lambda: out.print(f"wrote {path}; edit its sources and schema, then run "
-                                            "`tailwatch db upgrade` and `tailwatch tick`", soft_wrap=True),
+    record = {"wrote": str(path), "next": ["tailwatch check-logs", "tailwatch db upgrade", "tailwatch tick"]}
+    render([record], fmt, lambda: out.print(f"wrote {path}; edit its sources and schema, check them with "
+                                            "`tailwatch check-logs`, then run `tailwatch db upgrade` and "
+                                            "`tailwatch tick`", soft_wrap=True),
            document=record)
 
 

@@ -63,9 +63,11 @@ class Shape(StrictModel):
         """ValueError naming any key of `columns` that is not a contract field of `kind`, with the valid ones."""
         unknown = [name for name in self.columns if name not in FIELDS[kind]]
         if unknown:
+            reversed_ = [f"{self.columns[name]}: {name}" for name in unknown if self.columns[name] in FIELDS[kind]]
+            hint = f"; the contract field comes first: {', '.join(reversed_)}" if reversed_ else ""
             raise ValueError(f"columns: {', '.join(map(repr, unknown))} "
                              f"{'is not a contract field' if len(unknown) == 1 else 'are not contract fields'} "
-                             f"of {kind.value} (valid: {', '.join(FIELDS[kind])})")
+                             f"of {kind.value} (valid: {', '.join(FIELDS[kind])}){hint}")
 
 
 class FileSource(Shape):

@@ -12,14 +12,18 @@ import pandas as pd
 import pyarrow as pa
 
 from monitor.config import FileSource, Limits, Service, SqlSource
-from monitor.contract import FIELDS, REQUIRED, Reason, RecordKind
+from monitor.contract import DURATIONS, FIELDS, REQUIRED, TIMESTAMPS, Reason, RecordKind
 from monitor.ingest.accept import check_batch
 from monitor.ingest.quarantine import as_written, printable
-from monitor.ingest.shape import column_of
+from monitor.ingest.shape import PER_SECOND, column_of
 from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE
 
 SAMPLE_LINES = 1000
+_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+_PLAUSIBLE = (946_684_800, 4_102_444_800)  # epoch seconds of 2000 and 2100: a time a log holds
+Row = tuple[int, str | None, int | None]  # a parsed row: its batch's number, its file (small files read together), its line
+_BATCH = "_batch"
 # Reasons that say a present value could not be read as its field (missing_field says it was absent).
 _UNREADABLE = (Reason.wrong_type, Reason.bad_timestamp, Reason.future_timestamp, Reason.unknown_status,
                Reason.bad_duration)
@@ -28,13 +32,15 @@ _UNREADABLE = (Reason.wrong_type, Reason.bad_timestamp, Reason.future_timestamp,
 @dataclass(frozen=True)
 class FieldSample:
     """One contract field in a sample: the source column it is read from, whether that column was seen,
-    its first value as written, and the shares of parsed rows without it and with it unreadable."""
+    its first value as written and, for a time or a duration, what the contract reads it as (RFC 3339 UTC;
+    milliseconds), and the shares of parsed rows without it and with it unreadable."""
 
     field: str
     column: str
     required: bool
     found: bool
     example: str | None
+    read_as: str | None
     missing: float  # share of parsed rows where the column is absent or null
     unreadable: float  # share of parsed rows quarantined for this field's value
 
@@ -60,12 +66,13 @@ class SourceSample:
     fields: list[FieldSample] = field(default_factory=list)
     reasons: list[ReasonSample] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # columns seen that no field is read from
+    warnings: list[str] = field(default_factory=list)  # what keeps rows out, and how to say what they are
 
     def as_dict(self) -> dict:
         return {"service": self.service, "source": self.source, "where": self.where, "read": self.read,
                 "accepted": self.accepted, "quarantined": self.read - self.accepted,
                 "fields": [f.__dict__ for f in self.fields], "reasons": [r.__dict__ for r in self.reasons],
-                "unused_columns": self.unused}
+                "unused_columns": self.unused, "warnings": self.warnings}
 
 
 def sample_service(service: Service, limits: Limits, now: datetime, lines: int = SAMPLE_LINES) -> list[SourceSample]:
@@ -85,28 +92,35 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
     reader = open_source(f"{service.name}/{kind.value}", source, small)
     read = accepted = parsed = 0
     present: Counter = Counter()  # source column -> rows holding a value
-    examples: dict[str, tuple[int, str]] = {}  # source column -> (line, its value there)
+    examples: dict[str, tuple[Row, str]] = {}  # source column -> (its first row, its value there)
     rejects = []
+    converted = []  # accepted rows' times and durations, in the contract's units
     batches = reader.read({})
     try:
-        for batch in batches:
+        for number, batch in enumerate(batches):
             for raw in (batch.table, batch.frame):
                 if raw is not None and (raw.num_rows if isinstance(raw, pa.Table) else len(raw)):
-                    parsed += _look(raw, present, examples)
+                    parsed += _look(raw, number, present, examples)
             ok, bad = check_batch(batch, kind, service.schema_, limits, now, source)
             read += batch.rows_read
             accepted += len(ok)
             rejects += bad
+            kept = ok[[c for c in ok.columns if c in (LINE, FILE) or c in TIMESTAMPS or c in DURATIONS]]
+            converted.append(kept.assign(**{_BATCH: number}))
             if read >= lines:
                 break
     finally:
         batches.close()
     unread = Counter(f for r in rejects if r.reason in _UNREADABLE and r.field for f in r.field.split(", "))
     names = _fields(kind, service, source, present)
-    fields = [FieldSample(name, column_of(source, name), name in REQUIRED[kind], present[column_of(source, name)] > 0,
-                          examples.get(column_of(source, name), (0, None))[1],
-                          _share(parsed - present[column_of(source, name)], parsed), _share(unread[name], parsed))
-              for name in names]
+    read_as = pd.concat([c for c in converted if len(c)], ignore_index=True) if any(len(c) for c in converted) else None
+    fields = []
+    for name in names:
+        column = column_of(source, name)
+        row, example = examples.get(column, (None, None))
+        fields.append(FieldSample(name, column, name in REQUIRED[kind], present[column] > 0, example,
+                                  _read_as(read_as, name, row) if row is not None else None,
+                                  _share(parsed - present[column], parsed), _share(unread[name], parsed)))
     reasons = []
     for reason, n in Counter(r.reason.value for r in rejects).most_common():
         first = next(r for r in rejects if r.reason.value == reason)
@@ -115,23 +129,77 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
     used = {column_of(source, name) for name in names}
     unused = [c for c in present if c not in used]
     where = str(source.path) if isinstance(source, FileSource) else source.table
-    return SourceSample(service.name, kind.value, where, read, accepted, fields, reasons, unused)
+    return SourceSample(service.name, kind.value, where, read, accepted, fields, reasons, unused,
+                        _warnings(kind, source, read, fields))
+
+
+def _warnings(kind: RecordKind, source: FileSource | SqlSource, read: int, fields: list[FieldSample]) -> list[str]:
+    """Required fields whose column was not seen; times written as numbers in another epoch unit than the
+    source says; a request's latency that reads as under a millisecond while the source says ms."""
+    out = []
+    lost = [f for f in fields if f.required and not f.found]
+    if read and lost:
+        named = ", ".join(f.field if f.column == f.field else f"{f.field} (column {f.column})" for f in lost)
+        plural = len(lost) > 1
+        out.append(f"required field{'s' * plural} not found: {named}; every row would be quarantined. Name the "
+                   f"column{'s' * plural} holding {'them' if plural else 'it'} under sources.{kind.value}.columns "
+                   f"(contract field: your column, e.g. `{lost[0].field}: <column>`)")
+    for f in fields:
+        number = pd.to_numeric(f.example, errors="coerce") if f.example is not None else None
+        if f.field in TIMESTAMPS and f.unreadable and number is not None and not pd.isna(number):
+            unit = next((u for u, per in PER_SECOND.items() if _PLAUSIBLE[0] <= abs(number) / per < _PLAUSIBLE[1]), None)
+            if unit is not None and unit != source.timestamps.epoch_unit:
+                out.append(f"{f.field}: {f.example} is a time in epoch {_UNIT_NAMES[unit]}, read as epoch "
+                           f"{_UNIT_NAMES[source.timestamps.epoch_unit]}: set `timestamps: {{epoch_unit: {unit}}}`")
+        # A whole request in under a millisecond is rare; a stage (duration_ms) may well be.
+        if (f.field in ("latency_ms", "ttft_ms") and source.durations == "ms" and f.read_as is not None and number is not None
+                and 0 < number < 1):
+            out.append(f"{f.field}: {f.example} reads as {f.read_as}; if it is written in seconds, set `durations: s`")
+    return out
 
 
 def _fields(kind: RecordKind, service: Service, source: FileSource | SqlSource, present: Counter) -> list[str]:
-    """The contract fields worth a line: required, mapped, seen, or declared in the schema."""
+    """The contract fields worth a line: required, mapped, seen, or declared in the schema; and the score
+    columns of the schema's classes that were seen (a binary model often logs the positive class's only)."""
     schema = service.schema_
     declared = (list(schema.features) + list(schema.segments) + list(schema.signals)
                 if kind == RecordKind.predictions else [])
+    scores = ([schema.score_column(c) for c in schema.classes if present[schema.score_column(c)]]
+              if kind == RecordKind.predictions else [])
     names = [n for n in FIELDS[kind] if n in REQUIRED[kind] or n in source.columns or present[column_of(source, n)]]
-    return names + [n for n in declared if n not in names]
+    names += [n for n in declared if n not in names]
+    return names + [n for n in scores if n not in names]
 
 
-def _look(raw: pd.DataFrame | pa.Table, present: Counter, examples: dict[str, tuple[int, str]]) -> int:
-    """Count the values of each column of parsed rows, keep each column's value of the earliest line;
-    returns the rows."""
+def _read_as(accepted: pd.DataFrame | None, name: str, row: Row) -> str | None:
+    """How the contract read field `name` in `row` (its batch, file and line; without lines, the batch's first
+    accepted row holding it): a time as RFC 3339 UTC, a duration in ms; None for other fields or a row that
+    was not accepted."""
+    if accepted is None or name not in accepted or not (name in TIMESTAMPS or name in DURATIONS):
+        return None
+    number, file, line = row
+    same = (accepted[_BATCH] == number).to_numpy()
+    if line is not None and LINE in accepted:
+        same &= (accepted[LINE] == line).to_numpy()
+        if file is not None and FILE in accepted:
+            same &= (accepted[FILE].astype(str) == file).to_numpy()
+    rows = accepted[same & accepted[name].notna().to_numpy()]
+    value = rows[name].iloc[0] if len(rows) else None
+    if value is None or pd.isna(value):
+        return None
+    if name in TIMESTAMPS:
+        text = pd.Timestamp(value).tz_convert("UTC").strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
+        return text + "Z"
+    return f"{float(value):,.6g} ms"
+
+
+def _look(raw: pd.DataFrame | pa.Table, number: int, present: Counter, examples: dict[str, tuple[Row, str]]) -> int:
+    """Count the values of each column of parsed rows of batch `number`, keep each column's value of the
+    earliest row (first batch, then lowest line); returns the rows."""
     table = isinstance(raw, pa.Table)
-    lines = raw[LINE].to_numpy() if LINE in (raw.column_names if table else raw.columns) else None
+    names = raw.column_names if table else list(raw.columns)
+    lines = raw[LINE].to_numpy() if LINE in names else None
+    files = raw[FILE].to_numpy() if FILE in names else None
     for name in raw.column_names if table else raw.columns:
         if name in (LINE, FILE, OVERSIZE):
             continue
@@ -139,11 +207,15 @@ def _look(raw: pd.DataFrame | pa.Table, present: Counter, examples: dict[str, tu
         present[name] += int(valid.sum())
         if valid.any():
             i = int(valid.argmax())
-            line = int(lines[i]) if lines is not None else 0
-            if name not in examples or line < examples[name][0]:
+            row = (number, str(files[i]) if files is not None else None, int(lines[i]) if lines is not None else None)
+            if name not in examples or _order(row) < _order(examples[name][0]):
                 value = raw[name][i].as_py() if table else raw[name].iloc[i]
-                examples[name] = (line, printable(as_written(value)))
+                examples[name] = (row, printable(as_written(value)))
     return raw.num_rows if table else len(raw)
+
+
+def _order(row: Row) -> tuple[int, int]:
+    return row[0], row[2] or 0
 
 
 def _share(part: int, whole: int) -> float:

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from monitor.config import FileSource, SqlSource
 from monitor.contract import DURATIONS, TIMESTAMPS
 
-_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 _TO_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
 _NUMBER = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
 _MAX_EPOCH = 9.2e9  # seconds: past it, nanoseconds since 1970 overflow int64
@@ -63,7 +63,7 @@ def to_contract(raw: pd.DataFrame | pa.Table, source: FileSource | SqlSource) ->
 def _times(col: pd.Series | pa.ChunkedArray, epoch_unit: str, fmt: str | None,
            zone: str | None) -> pd.Series | pa.ChunkedArray:
     """Times as the contract reads them: numbers as epoch seconds, text in `fmt` as RFC 3339 text."""
-    per = _PER_SECOND[epoch_unit]
+    per = PER_SECOND[epoch_unit]
     if isinstance(col, pa.ChunkedArray):
         t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
         if pa.types.is_integer(t) or pa.types.is_floating(t):

@@ -472,9 +472,12 @@ _MAX_EPOCH = 9.2e9  # year ~2261: past it, nanoseconds since 1970 overflow int64
 
 
 def _from_epoch(seconds: pd.Series) -> pd.Series:
+    """Epoch seconds as UTC instants, to the microsecond: a float near 1.8e9 holds about 0.24 us, so finer
+    digits are float noise (1796256000.096 is 1796256000.0959999561), not a time anyone wrote."""
     v = seconds.to_numpy(dtype=float)
     ok = np.isfinite(v) & (np.abs(v) < _MAX_EPOCH)
-    ns = np.where(ok, v * 1e9, 0).astype("int64")
+    whole = np.floor(np.where(ok, v, 0))
+    ns = whole.astype("int64") * 10**9 + np.round((np.where(ok, v, 0) - whole) * 1e6).astype("int64") * 1000
     out = pd.Series(pd.to_datetime(ns, utc=True), index=seconds.index)
     out[~ok] = pd.NaT
     return out

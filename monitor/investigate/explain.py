@@ -326,7 +326,7 @@ def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], ch
     for verdict, items in (zip(verdicts["verdict"], verdicts["attribution"], strict=True) if len(verdicts) else []):
         stages = (items or {}).get("stages") or {}
         if stages and verdict in ("slower", "both"):
-            stage = next(iter(stages))  # the verdict's own attribution, at its breaching quantile
+            stage = items.get("top_stage") or max(stages, key=stages.get)  # the verdict's own, at its breaching quantile
     labelled = affected + [e for e in evidence if e.get("check") != "latency"]
     cache = any(e.get("check") in ("cache_hit_rate", "stale_cache") for e in evidence + affected) or any(
         c.get("kind") == "cache" for c in changed)

@@ -144,8 +144,14 @@ def test_check_logs_without_a_mapping_says_nothing_would_be_accepted(cli, tmp_pa
     assert (preds["source"], preds["accepted"], preds["read"]) == ("predictions", 0, GOOD + len(BAD))
     fields = {f["field"]: f for f in preds["fields"]}
     assert fields["request_id"] == {"field": "request_id", "column": "request_id", "required": True,
-                                    "found": False, "example": None, "missing": 1.0, "unreadable": 0.0}
+                                    "found": False, "example": None, "read_as": None, "missing": 1.0,
+                                    "unreadable": 0.0}
     assert {"id", "timestamp", "model", "latency"} <= set(preds["unused_columns"])
+    [warning] = preds["warnings"]
+    assert warning.startswith("required fields not found: request_id, ts, model_version; every row would be "
+                              "quarantined"), warning
+    assert "sources.predictions.columns" in warning
+    assert timings["warnings"][0].startswith("required fields not found: request_id, duration_ms;")
     reasons = {r["reason"]: r for r in preds["reasons"]}
     assert reasons["missing_field"]["field"] == "request_id, ts, model_version"
     assert reasons["missing_field"]["line"].startswith('{"id": "tx-0", "timestamp": ' + START_MS)
@@ -165,6 +171,9 @@ def test_check_logs_with_the_mapping(cli, tmp_path):
     fields = {f["field"]: f for f in preds["fields"]}
     assert fields["ts"]["column"] == "timestamp" and fields["ts"]["found"]
     assert fields["ts"]["example"] == START_MS
+    assert fields["ts"]["read_as"] == "2026-12-04T12:00:00Z"  # the example's own row, in milliseconds
+    assert (fields["latency_ms"]["example"], fields["latency_ms"]["read_as"]) == ("0.04", "40 ms")
+    assert preds["warnings"] == [] and timings["warnings"] == []
     assert fields["ts"]["unreadable"] == pytest.approx(1 / (GOOD + len(BAD) - 1), abs=1e-4)
     assert fields["model_version"]["missing"] == pytest.approx(1 / (GOOD + len(BAD) - 1), abs=1e-4)
     assert {r["reason"]: r["field"] for r in preds["reasons"]} == {reason: field for _, reason, field in BAD}
@@ -177,6 +186,22 @@ def test_check_logs_with_the_mapping(cli, tmp_path):
     assert "timestamp" in table.output and "unknown_status" in table.output
     # Markup in a log line is printed as written, never interpreted.
     assert '"status": "[bold red]boom[/]"' in table.output
+
+
+def test_check_logs_names_the_unit_a_time_or_a_latency_is_written_in(cli, tmp_path):
+    write_logs(tmp_path)
+    raw = raw_config(tmp_path, mapped=True)
+    shape = raw["services"][0]["sources"]["predictions"]
+    shape["timestamps"] = {"epoch_unit": "s"}  # the even lines' epoch milliseconds read as seconds
+    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw))
+    preds, _ = json.loads(cli("check-logs", "--now", NOW.isoformat(), "--format", "json").output)
+    assert preds["warnings"] == [f"ts: {START_MS} is a time in epoch milliseconds, read as epoch seconds: "
+                                 "set `timestamps: {epoch_unit: ms}`"]
+    shape["timestamps"], shape["durations"] = {"epoch_unit": "ms"}, "ms"  # latency in seconds read as ms
+    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw))
+    preds, timings = json.loads(cli("check-logs", "--now", NOW.isoformat(), "--format", "json").output)
+    assert preds["warnings"] == ["latency_ms: 0.04 reads as 0.04 ms; if it is written in seconds, set `durations: s`"]
+    assert timings["warnings"] == []  # a stage may take under a millisecond; these take 12.5 and 20
 
 
 def test_quarantine_shows_the_field_and_the_line_as_written(cli, tmp_path):
@@ -218,6 +243,17 @@ def test_an_unknown_contract_field_in_columns_is_an_error_listing_the_valid_ones
     message = str(exc.value)
     assert "services[0].sources: predictions.columns: 'timestamp' is not a contract field of predictions" in message
     assert "(valid: request_id, ts, model_version, status, latency_ms" in message
+    assert "the contract field comes first" not in message
+
+
+def test_a_mapping_written_the_wrong_way_round_says_which_way(tmp_path):
+    raw = raw_config(tmp_path, mapped=True)
+    (tmp_path / "preds").mkdir()
+    (tmp_path / "stages").mkdir()
+    raw["services"][0]["sources"]["predictions"]["columns"] = {"id": "request_id", "ts": "timestamp"}
+    with pytest.raises(config_mod.ConfigError) as exc:
+        config_mod.parse(raw)
+    assert str(exc.value).endswith("; the contract field comes first: request_id: id")
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
