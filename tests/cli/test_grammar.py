@@ -107,11 +107,30 @@ def _times(value, where="$"):
 def workdir(tmp_path, monkeypatch):
     """A config from `init`, its schema, and one tick of rows."""
     assert _invoke("init", cwd=tmp_path, monkeypatch=monkeypatch).exit_code == 0
+    _uncomment_quality(tmp_path / "tailwatch.yaml")
     for name in ("predictions", "timings", "labels"):
         (tmp_path / "logs" / name).mkdir(parents=True)
     assert _invoke("db", "upgrade", cwd=tmp_path, monkeypatch=monkeypatch).exit_code == 0
     (tmp_path / "logs" / "predictions" / "a.jsonl").write_text(valid_lines(20))
     return tmp_path
+
+
+def _uncomment_quality(path: Path) -> None:
+    """Turn on the template's labels source and quality section, as its comment tells a user to."""
+    lines = []
+    in_quality = False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("# labels: {kind"):
+            line = line.replace("# labels:", "labels:", 1)
+        elif line.strip() == "# quality:":
+            in_quality, line = True, line.replace("# quality:", "quality:", 1)
+        elif in_quality and line.lstrip().startswith("#   "):
+            line = line.replace("#   ", "  ", 1)
+        else:
+            in_quality = False
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n")
+    assert "\n    quality:\n" in path.read_text()
 
 
 NOW = ("--now", "2026-11-02T12:00:00Z")
