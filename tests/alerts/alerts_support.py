@@ -19,7 +19,7 @@ CHANNELS = {"#alerts": "C0ALERTS", "#warn": "C0WARN"}
 class FakeSlack:
     """Messages by channel id; `faults[method]` is a queue of what the next calls do instead of
     answering: '429', '500', 'reset' (drop the connection before acting), 'reset_after' (act, then drop
-    the connection: the response is lost), 'slow' (answer after 1.5 s), or an error code ('ratelimited'
+    the connection: the response is lost), 'slow' (act, then answer after 1.5 s), or an error code ('ratelimited'
     answers 429 + ok:false, anything else 200 + ok:false)."""
 
     def __init__(self) -> None:
@@ -67,8 +67,6 @@ class FakeSlack:
                     return self._reply(500, {"ok": False, "error": "internal_error"})
                 if fault == "reset":
                     return self._reset()
-                if fault == "slow":
-                    time.sleep(1.5)
                 if fault not in (None, "reset_after", "slow"):
                     return self._reply(200, {"ok": False, "error": fault})
                 if method != "hook" and self.headers.get("Authorization") != f"Bearer {TOKEN}":
@@ -76,6 +74,8 @@ class FakeSlack:
                 body = fake.act(method, params)
                 if fault == "reset_after":
                     return self._reset()
+                if fault == "slow":  # Slack acted, then answered too late: the post is there before any lookup
+                    time.sleep(1.5)
                 return self._reply(200, body)
 
             def do_POST(self) -> None:
