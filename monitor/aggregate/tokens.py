@@ -219,7 +219,12 @@ def _ascii_segments(arr: pa.Array, parents: bool) -> tuple[pa.Array, np.ndarray 
     cuts = np.flatnonzero(bound)
     segments = pa.Array.from_buffers(pa.large_string(), len(cuts) - 1,
                                      [None, pa.py_buffer(cuts), pa.py_buffer(text) if end else pa.py_buffer(b"")])
-    parent = np.searchsorted(starts, cuts[:-1], side="right") - 1 if parents else None
+    parent = None
+    if parents:
+        # Each text's start is a cut: a segment's text is the number of starts at or before it, less one
+        # (a cumulative count over the cuts: one search per text, not one per segment).
+        firsts = np.bincount(np.searchsorted(cuts, starts[:-1], side="left"), minlength=len(cuts))
+        parent = np.cumsum(firsts[:-1]) - 1
     # A text longer than TOKEN_CHARS whose kept part ends in a word loses that word: its last segment.
     return segments, parent, np.searchsorted(cuts, ends[last_is_word], side="left") - 1
 
