@@ -161,12 +161,23 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
         return frame[name] if name in frame else pd.Series([None] * n, dtype=object)
 
     # Numeric columns are sorted on a worker (numpy releases the GIL) while this thread factorizes the
-    # categorical and text ones (Python objects: they hold it); both cores, the same profile.
+    # categorical and text ones (Python objects: they hold it), then sorts those the worker has not
+    # started; both cores, the same profile.
+    done: dict[str, FieldProfile] = {}
+    numeric = iter([name for name, kind in schema.features.items() if kind == "numeric"])  # shared by both
+
+    def sort_numeric() -> None:
+        for name in numeric:
+            done[name] = _profile(col(name), "numeric")
+
     with ThreadPoolExecutor(1, thread_name_prefix="tailwatch-profile") as worker:
-        numeric = {name: worker.submit(_profile, col(name), kind) for name, kind in schema.features.items()
-                   if kind == "numeric"}
-        others = {name: _profile(col(name), kind) for name, kind in schema.features.items() if name not in numeric}
-        fields = {name: numeric[name].result() if name in numeric else others[name] for name in schema.features}
+        sorting = worker.submit(sort_numeric)
+        for name, kind in schema.features.items():
+            if kind != "numeric":
+                done[name] = _profile(col(name), kind)
+        sort_numeric()
+        sorting.result()
+    fields = {name: done[name] for name in schema.features}
     # Labels and predictions are profiled by class name, as serving rows are validated (1.0, "1" are 1).
     prediction = _profile(class_names(col("prediction"), schema.classes), "categorical") if "prediction" in frame \
         else None
