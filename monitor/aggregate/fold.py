@@ -3,6 +3,7 @@ value computed once, counted into every grouping with bincount, and dropped."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from monitor.aggregate.fold_service import PER_SECOND, fold_cache, fold_cache_ti
 from monitor.aggregate.fold_text import fold_oov, fold_oov_rows, latency_by_length, text_rows
 from monitor.aggregate.partial import ALL
 from monitor.aggregate.profile import (
+    FieldProfile,
     Profile,
     bin_codes,
     category_codes,
@@ -31,6 +33,7 @@ from storage.rows import PartialRow
 # Signals that describe the model's run: their mean is over the requests that reached the model (not cache
 # hits, rejects or errors, which a service logs as 0 or not at all).
 MODEL_SIGNALS = ("batch_size", "spec_accept_rate")
+THREAD_ROWS = 65536  # rows of a fold from which a worker thread takes a share of its features
 
 
 def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: bool,
@@ -204,52 +207,25 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         sketch(accs, keys.signal(name), v, ran_model if name in MODEL_SIGNALS else None)
 
     fields = profile.fields if profile is not None else {}
-    for name, kind in schema.features.items():
-        if name not in frame:
-            count(accs, keys.missing(name), np.ones(n, dtype=bool))
-            values = pd.Series([None] * n, index=frame.index, dtype=object)
-        else:
-            values = frame[name]
-        ref = fields.get(name)
-        if ref is None or ref.kind != kind:
-            if name in frame:
-                count(accs, keys.missing(name), values.isna().to_numpy(dtype=bool))
-            continue
-        if kind == "numeric":
-            v = numbers(values)
-            if name in frame:
-                count(accs, keys.missing(name), np.isnan(v) if is_float(values) else values.isna().to_numpy(dtype=bool))
-            hist(accs, name, bin_codes(ref.edges, v), ref.bins)
-            if ref.min is not None:
-                count(accs, keys.below(name), v < ref.min)
-                count(accs, keys.above(name), v > ref.max)
-        elif kind == "text":
-            # Mostly distinct texts are read row by row; otherwise each distinct text once.
-            rows = text_rows(values) if name in frame else None
-            factorized = factorize(values) if rows is None else None
-            v, missing = lengths(values, factorized) if rows is None else (rows[0], np.isnan(rows[0]))
-            if name in frame:
-                count(accs, keys.missing(name), missing)
-            idx = bin_codes(ref.edges, v)
-            hist(accs, keys.length(name), idx, ref.bins)
-            latency_by_length(latency, accs, keys.length(name), ref, idx)
-            del idx
-            if ref.vocabulary and rows is not None:
-                fold_oov_rows(name, ref, values, rows[1], missing, accs)
-            elif ref.vocabulary and factorized is not None:
-                fold_oov(name, ref, factorized, accs)
-            del missing, rows
-        else:
-            idx = category_codes(ref, values)
-            if name in frame:
-                count(accs, keys.missing(name), idx < 0)
-            hist(accs, name, idx, ref.bins)
-            unseen = idx == len(ref.categories)
-            del idx
-            count(accs, keys.unseen(name), unseen)
-            rows = np.flatnonzero(unseen)
-            del unseen
-            top_values(accs, name, rows, values.iloc[rows].to_numpy(dtype=object).astype(str))
+    # On a large fold a worker takes the text features (mostly Arrow and numpy: they release the GIL),
+    # then the numeric ones, while this thread hashes the categorical ones (Python objects: they hold
+    # it), then takes what numeric features are left. Totals are keyed by name and written in sorted
+    # order: which thread counts first does not matter.
+    queue = iter(sorted(((name, kind) for name, kind in schema.features.items() if kind != "categorical"),
+                        key=lambda f: f[1] != "text"))  # shared by both threads
+
+    def drain() -> None:
+        for name, kind in queue:
+            _fold_feature(frame, name, kind, fields.get(name), accs, latency)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="tailwatch-fold") as worker:
+        draining = worker.submit(drain) if n >= THREAD_ROWS else None
+        for name, kind in schema.features.items():
+            if kind == "categorical":
+                _fold_feature(frame, name, kind, fields.get(name), accs, latency)
+        drain()
+        if draining is not None:
+            draining.result()
     if profile is not None:
         ref = profile.input_tokens
         if ref is not None and ref.edges and "input_tokens" in frame:
@@ -265,3 +241,54 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
             if column in frame:
                 hist(accs, keys.score(cls), bin_codes(ref.edges, numbers(frame[column]))
                       if ref.kind == "numeric" else ref.bin_index(frame[column]), ref.bins)
+
+
+def _fold_feature(frame: pd.DataFrame, name: str, kind: str, ref: FieldProfile | None, accs: list[Totals],
+                  latency: Values | None) -> None:
+    """Count one feature's missing values, and its bins, out-of-range values, unseen categories and
+    out-of-vocabulary tokens on the reference `ref` (of that kind; None: only missing values)."""
+    n = len(frame)
+    if name not in frame:
+        count(accs, keys.missing(name), np.ones(n, dtype=bool))
+        values = pd.Series([None] * n, index=frame.index, dtype=object)
+    else:
+        values = frame[name]
+    if ref is None or ref.kind != kind:
+        if name in frame:
+            count(accs, keys.missing(name), values.isna().to_numpy(dtype=bool))
+        return
+    if kind == "numeric":
+        v = numbers(values)
+        if name in frame:
+            count(accs, keys.missing(name), np.isnan(v) if is_float(values) else values.isna().to_numpy(dtype=bool))
+        hist(accs, name, bin_codes(ref.edges, v), ref.bins)
+        if ref.min is not None:
+            count(accs, keys.below(name), v < ref.min)
+            count(accs, keys.above(name), v > ref.max)
+    elif kind == "text":
+        # Mostly distinct texts are read row by row; otherwise each distinct text once.
+        rows = text_rows(values) if name in frame else None
+        factorized = factorize(values) if rows is None else None
+        v, missing = lengths(values, factorized) if rows is None else (rows[0], np.isnan(rows[0]))
+        if name in frame:
+            count(accs, keys.missing(name), missing)
+        idx = bin_codes(ref.edges, v)
+        hist(accs, keys.length(name), idx, ref.bins)
+        latency_by_length(latency, accs, keys.length(name), ref, idx)
+        del idx
+        if ref.vocabulary and rows is not None:
+            fold_oov_rows(name, ref, values, rows[1], missing, accs)
+        elif ref.vocabulary and factorized is not None:
+            fold_oov(name, ref, factorized, accs)
+        del missing, rows
+    else:
+        idx = category_codes(ref, values)
+        if name in frame:
+            count(accs, keys.missing(name), idx < 0)
+        hist(accs, name, idx, ref.bins)
+        unseen = idx == len(ref.categories)
+        del idx
+        count(accs, keys.unseen(name), unseen)
+        rows = np.flatnonzero(unseen)
+        del unseen
+        top_values(accs, name, rows, values.iloc[rows].to_numpy(dtype=object).astype(str))

@@ -4,7 +4,7 @@ vocabulary over a hash-sampled share of the distinct texts."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -12,10 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from monitor.aggregate import keys
-from monitor.aggregate.profile import FieldProfile
 from monitor.aggregate.sketch import Values
 from monitor.aggregate.tokens import TOKEN_STEP, steps, text_hash
 from monitor.aggregate.totals import Totals, add_up, sketch
+
+if TYPE_CHECKING:  # the profile reads texts through text_rows
+    from monitor.aggregate.profile import FieldProfile
 
 LENGTH_SPLITS = (0.5, 0.8, 0.9)  # reference length quantiles splitting latency by input length
 OOV_SAMPLE = 8  # oov counts take the distinct texts whose text_hash is 0 mod this (the same texts in any split)
@@ -66,9 +68,13 @@ def text_rows(values: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
     size, hashes = np.empty(len(column)), np.empty(len(column), dtype=np.uint64)
     for a in range(0, len(column), TOKEN_STEP):
         try:
-            chunk = pa.array(column[a:a + TOKEN_STEP], type=pa.large_string(), from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            # The type inferred, not asked for: bytes would be taken for text.
+            chunk = pa.array(column[a:a + TOKEN_STEP], from_pandas=True)
+        except (ValueError, TypeError):  # not text (ArrowTypeError), or a lone surrogate (UnicodeEncodeError)
             return None
+        if not (pa.types.is_string(chunk.type) or pa.types.is_null(chunk.type)):
+            return None
+        chunk = chunk.cast(pa.large_string())
         size[a:a + len(chunk)] = pc.utf8_length(chunk).to_numpy(zero_copy_only=False)
         hashes[a:a + len(chunk)] = text_hash([chunk])
     return size, hashes

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from monitor.aggregate.fold_text import text_rows
 from monitor.aggregate.tokens import most_frequent, text_hash, token_counts
 from monitor.classes import class_names
 from monitor.schema import Schema
@@ -160,12 +161,23 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
         return frame[name] if name in frame else pd.Series([None] * n, dtype=object)
 
     # Numeric columns are sorted on a worker (numpy releases the GIL) while this thread factorizes the
-    # categorical and text ones (Python objects: they hold it); both cores, the same profile.
+    # categorical and text ones (Python objects: they hold it), then sorts those the worker has not
+    # started; both cores, the same profile.
+    done: dict[str, FieldProfile] = {}
+    numeric = iter([name for name, kind in schema.features.items() if kind == "numeric"])  # shared by both
+
+    def sort_numeric() -> None:
+        for name in numeric:
+            done[name] = _profile(col(name), "numeric")
+
     with ThreadPoolExecutor(1, thread_name_prefix="tailwatch-profile") as worker:
-        numeric = {name: worker.submit(_profile, col(name), kind) for name, kind in schema.features.items()
-                   if kind == "numeric"}
-        others = {name: _profile(col(name), kind) for name, kind in schema.features.items() if name not in numeric}
-        fields = {name: numeric[name].result() if name in numeric else others[name] for name in schema.features}
+        sorting = worker.submit(sort_numeric)
+        for name, kind in schema.features.items():
+            if kind != "numeric":
+                done[name] = _profile(col(name), kind)
+        sort_numeric()
+        sorting.result()
+    fields = {name: done[name] for name in schema.features}
     # Labels and predictions are profiled by class name, as serving rows are validated (1.0, "1" are 1).
     prediction = _profile(class_names(col("prediction"), schema.classes), "categorical") if "prediction" in frame \
         else None
@@ -215,10 +227,16 @@ def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
         return _categorical_profile(values)
     vocab: dict[str, Any] = {}
     if kind == "text":
-        factorized = factorize(values)  # once, for the lengths and the vocabulary
-        v, missing_mask = lengths(values, factorized)
-        missing = int(missing_mask.sum())
-        vocab = _vocabulary(values, factorized)
+        rows = text_rows(values)  # mostly distinct texts: read row by row, not hashed whole to find them
+        if rows is not None:
+            v = rows[0]
+            missing = int(np.isnan(v).sum())
+            vocab = _vocabulary_rows(values, rows[1], np.isnan(v))
+        else:
+            factorized = factorize(values)  # once, for the lengths and the vocabulary
+            v, missing_mask = lengths(values, factorized)
+            missing = int(missing_mask.sum())
+            vocab = _vocabulary(values, factorized)
     else:
         v = numbers(values)
         missing = int(np.isnan(v).sum()) if is_float(values) else int(values.isna().sum())
@@ -252,15 +270,45 @@ def _vocabulary(values: pd.Series, factorized: Any) -> dict[str, Any]:
     if not len(texts):
         return {}
     times = np.bincount(codes[codes >= 0], minlength=len(distinct))[texts]
-    if len(texts) > VOCABULARY_TEXTS:
-        # Counted over 1 in `every` distinct texts chosen by text_hash (the same texts in any order):
-        # the most frequent words are all in such a sample, and its out-of-vocabulary share and
-        # Good-Turing mass estimate the whole reference's.
-        every = 1 << int(np.ceil(np.log2(len(texts) / VOCABULARY_TEXTS)))
+    every = _every(len(texts))
+    if every > 1:
         sample = text_hash(distinct[texts]) % every == 0
         texts, times = texts[sample], times[sample]
+    return _counted(distinct[texts], times)
+
+
+def _vocabulary_rows(values: pd.Series, hashes: np.ndarray, missing: np.ndarray) -> dict[str, Any]:
+    """_vocabulary of a column of texts (every value a str or missing) from each row's text_hash: a row
+    whose hash no other row has is a distinct text of its own, so only the rows sharing a hash are
+    hashed whole to find their distinct texts; the same texts counted, the same sample."""
+    present = np.flatnonzero(~missing)
+    if not len(present):
+        return {}
+    column = values.to_numpy(dtype=object)
+    shared = pd.Series(hashes[present]).duplicated(keep=False).to_numpy()
+    alone, rest = present[~shared], present[shared]
+    codes, uniques = pd.factorize(column[rest])
+    times = np.bincount(codes, minlength=len(uniques))
+    first = np.empty(len(uniques), dtype="int64")
+    first[codes[::-1]] = rest[::-1]  # the first row of each distinct text: its hash
+    every = _every(len(alone) + len(uniques))
+    alone, kept = alone[hashes[alone] % every == 0], hashes[first] % every == 0
+    texts = np.concatenate([column[alone], np.asarray(uniques, dtype=object)[kept]])
+    return _counted(texts, np.concatenate([np.ones(len(alone), dtype="int64"), times[kept]]))
+
+
+def _every(distinct: int) -> int:
+    """1 in how many of `distinct` texts the vocabulary is counted over (1 up to VOCABULARY_TEXTS): a
+    power of two, the texts chosen by text_hash (the same texts in any order). The most frequent words
+    are all in such a sample, and its out-of-vocabulary share and Good-Turing mass estimate the whole
+    reference's."""
+    return 1 << int(np.ceil(np.log2(distinct / VOCABULARY_TEXTS))) if distinct > VOCABULARY_TEXTS else 1
+
+
+def _counted(texts: np.ndarray, times: np.ndarray) -> dict[str, Any]:
+    """The vocabulary fields of distinct `texts` (str), text k occurring `times[k]` times."""
     # Every text once (as when each row's text is unique): plain counts, without a weight per token.
-    words, freq = token_counts(distinct[texts], None if (times == 1).all() else times)
+    words, freq = token_counts(texts, None if (times == 1).all() else times)
     if not len(words):
         return {}
     vocabulary, kept = most_frequent(words, freq, VOCABULARY)

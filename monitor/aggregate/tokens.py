@@ -110,8 +110,10 @@ def _prefix(words: pa.Array) -> np.ndarray:
 
 
 _HASH_BYTES = 16  # bytes of a text its hash reads (with its length)
-_HASH_CHUNK = 65536  # texts per gather: bounds the index matrix at 8 MiB
+_HASH_CHUNK = 65536  # texts converted to Arrow at a time
 _HASH_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+# _MASKS[k] keeps the first k bytes (in memory order) of an 8-byte word.
+_MASKS = np.where(np.arange(8) < np.arange(9)[:, None], 0xFF, 0).astype(np.uint8).view(np.uint64).ravel()
 
 
 def text_hash(texts: np.ndarray | list[pa.Array]) -> np.ndarray:
@@ -122,8 +124,7 @@ def text_hash(texts: np.ndarray | list[pa.Array]) -> np.ndarray:
         # Converted to Arrow a chunk at a time: one buffer for a million texts costs several times more
         # (it grows by copying, page by page).
         texts = [pa.array(texts[a:a + _HASH_CHUNK], type=pa.large_string()) for a in range(0, len(texts), _HASH_CHUNK)]
-    h = np.concatenate([_hash_chunk(arr[a:a + _HASH_CHUNK]) for arr in texts for a in range(0, len(arr), _HASH_CHUNK)]) \
-        if texts else np.zeros(0, dtype=np.uint64)
+    h = np.concatenate([_hash_chunk(arr) for arr in texts]) if texts else np.zeros(0, dtype=np.uint64)
     with np.errstate(over="ignore"):
         # splitmix64's finalizer: every input bit reaches the low bits that the sample reads
         h ^= h >> np.uint64(30)
@@ -135,21 +136,27 @@ def text_hash(texts: np.ndarray | list[pa.Array]) -> np.ndarray:
 
 
 def _hash_chunk(arr: pa.Array) -> np.ndarray:
-    """text_hash before its finalizer, of up to _HASH_CHUNK Arrow strings."""
-    cols = np.arange(_HASH_BYTES)
-    if arr.offset or arr.null_count:
-        arr = pa.concat_arrays([arr.fill_null("")])
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1)
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
-    if not len(data):
-        data = np.zeros(1, np.uint8)
-    size = np.diff(offsets)
-    idx = np.minimum(offsets[:-1, None] + cols, len(data) - 1)
-    block = data[idx]
-    block[cols >= size[:, None]] = 0  # bytes past a short text's end
-    words = block.view(np.uint64)
+    """text_hash before its finalizer, of Arrow strings (large_string)."""
+    starts, data = _bytes(arr)
+    first, end = int(starts[0]), int(starts[-1])
+    size = np.diff(starts)
+    if arr.null_count:
+        size[arr.is_null().to_numpy(zero_copy_only=False)] = 0
+    # The texts' bytes and _HASH_BYTES zeros after them, read as 8-byte words at every byte (a view with
+    # a stride of one byte): each text's two words are two lookups, the bytes past its end masked off.
+    padded = np.zeros(end - first + _HASH_BYTES, dtype=np.uint8)
+    padded[: end - first] = data[first:end]
+    window = np.ndarray(shape=(len(padded) - 7,), dtype=np.uint64, buffer=padded, strides=(1,))
+    start = starts[:-1] - first
+    low, high = window[start], window[start + 8]
+    low &= _MASKS[np.minimum(size, 8)]
+    high &= _MASKS[np.clip(size - 8, 0, 8)]
     with np.errstate(over="ignore"):
-        return size.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93) + (words * _HASH_MULT).sum(axis=1, dtype=np.uint64)
+        low *= _HASH_MULT[0]
+        high *= _HASH_MULT[1]
+        low += high
+        low += size.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+    return low
 
 
 def _words(texts: np.ndarray, parents: bool) -> Words:
@@ -212,7 +219,12 @@ def _ascii_segments(arr: pa.Array, parents: bool) -> tuple[pa.Array, np.ndarray 
     cuts = np.flatnonzero(bound)
     segments = pa.Array.from_buffers(pa.large_string(), len(cuts) - 1,
                                      [None, pa.py_buffer(cuts), pa.py_buffer(text) if end else pa.py_buffer(b"")])
-    parent = np.searchsorted(starts, cuts[:-1], side="right") - 1 if parents else None
+    parent = None
+    if parents:
+        # Each text's start is a cut: a segment's text is the number of starts at or before it, less one
+        # (a cumulative count over the cuts: one search per text, not one per segment).
+        firsts = np.bincount(np.searchsorted(cuts, starts[:-1], side="left"), minlength=len(cuts))
+        parent = np.cumsum(firsts[:-1]) - 1
     # A text longer than TOKEN_CHARS whose kept part ends in a word loses that word: its last segment.
     return segments, parent, np.searchsorted(cuts, ends[last_is_word], side="left") - 1
 
