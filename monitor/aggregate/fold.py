@@ -12,7 +12,7 @@ import pandas as pd
 
 from monitor.aggregate import keys
 from monitor.aggregate.fold_service import PER_SECOND, fold_cache, fold_cache_time, fold_service
-from monitor.aggregate.fold_text import fold_oov, fold_oov_rows, latency_by_length, text_rows
+from monitor.aggregate.fold_text import fold_oov, fold_oov_rows, latency_by_length
 from monitor.aggregate.partial import ALL
 from monitor.aggregate.profile import (
     FieldProfile,
@@ -26,6 +26,7 @@ from monitor.aggregate.profile import (
     resolve,
 )
 from monitor.aggregate.sketch import Values
+from monitor.aggregate.tokens import text_rows
 from monitor.aggregate.totals import Totals, count, count_codes, hist, sketch, top_values
 from monitor.schema import Schema
 from storage.rows import PartialRow

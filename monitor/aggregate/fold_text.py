@@ -4,7 +4,7 @@ vocabulary over a hash-sampled share of the distinct texts."""
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,18 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from monitor.aggregate import keys
+from monitor.aggregate.profile import FieldProfile
 from monitor.aggregate.sketch import Values
-from monitor.aggregate.tokens import TOKEN_STEP, steps, text_hash
+from monitor.aggregate.tokens import steps, text_hash
 from monitor.aggregate.totals import Totals, add_up, sketch
-
-if TYPE_CHECKING:  # the profile reads texts through text_rows
-    from monitor.aggregate.profile import FieldProfile
 
 LENGTH_SPLITS = (0.5, 0.8, 0.9)  # reference length quantiles splitting latency by input length
 OOV_SAMPLE = 8  # oov counts take the distinct texts whose text_hash is 0 mod this (the same texts in any split)
-ROWS_MIN = 65536  # rows of a text column from which its texts may be read row by row (text_rows)
-ROWS_HEAD = 4096  # first rows text_rows looks at
-ROWS_DISTINCT = 0.9  # share of them distinct from which it does
 
 
 def length_buckets(ref: FieldProfile) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -52,32 +47,6 @@ def latency_by_length(latency: Values | None, accs: list[Totals], source: str, r
         rows = bucket == b
         if rows.any():
             sketch(accs, keys.latency_by(source, label), latency, rows)
-
-
-def text_rows(values: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
-    """The length in characters (NaN for missing) and text_hash of each row's text, read row by row a
-    chunk at a time, when most of the column's first rows are distinct texts: hashing every text to find
-    the distinct ones then costs more than it saves. None otherwise, or when a value is neither text
-    nor missing."""
-    if len(values) < ROWS_MIN or values.dtype != object:
-        return None
-    head = values.iloc[:ROWS_HEAD].dropna()
-    if not len(head) or len(pd.unique(head)) < ROWS_DISTINCT * len(head):
-        return None
-    column = values.to_numpy(dtype=object)
-    size, hashes = np.empty(len(column)), np.empty(len(column), dtype=np.uint64)
-    for a in range(0, len(column), TOKEN_STEP):
-        try:
-            # The type inferred, not asked for: bytes would be taken for text.
-            chunk = pa.array(column[a:a + TOKEN_STEP], from_pandas=True)
-        except (ValueError, TypeError):  # not text (ArrowTypeError), or a lone surrogate (UnicodeEncodeError)
-            return None
-        if not (pa.types.is_string(chunk.type) or pa.types.is_null(chunk.type)):
-            return None
-        chunk = chunk.cast(pa.large_string())
-        size[a:a + len(chunk)] = pc.utf8_length(chunk).to_numpy(zero_copy_only=False)
-        hashes[a:a + len(chunk)] = text_hash([chunk])
-    return size, hashes
 
 
 def fold_oov_rows(name: str, ref: FieldProfile, values: pd.Series, hashes: np.ndarray, missing: np.ndarray,

@@ -19,8 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from monitor.aggregate.fold_text import text_rows
-from monitor.aggregate.tokens import most_frequent, text_hash, token_counts
+from monitor.aggregate.tokens import most_frequent, text_hash, text_rows, token_counts
 from monitor.classes import class_names
 from monitor.schema import Schema
 

@@ -13,11 +13,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 TOKEN_CHARS = 256  # tokens are read from the first this many characters of a text (a cut word is dropped)
 TOKEN_STEP = 65536  # texts tokenized at a time
+ROWS_MIN = 65536  # rows of a text column from which its texts may be read row by row (text_rows)
+ROWS_HEAD = 4096  # first rows text_rows looks at
+ROWS_DISTINCT = 0.9  # share of them distinct from which it does
 _PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u2013\u2014\u00b7\u00bf\u00a1"
 
 
@@ -241,3 +245,29 @@ def _bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 _ASCII_SPACE = "".join(map(chr, [*range(0x09, 0x0E), *range(0x1C, 0x21)]))
 _IS_SPACE = np.zeros(256, dtype=bool)
 _IS_SPACE[[ord(c) for c in _ASCII_SPACE]] = True
+
+
+def text_rows(values: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """The length in characters (NaN for missing) and text_hash of each row's text, read row by row a
+    chunk at a time, when most of the column's first rows are distinct texts: hashing every text to find
+    the distinct ones then costs more than it saves. None otherwise, or when a value is neither text
+    nor missing."""
+    if len(values) < ROWS_MIN or values.dtype != object:
+        return None
+    head = values.iloc[:ROWS_HEAD].dropna()
+    if not len(head) or len(pd.unique(head)) < ROWS_DISTINCT * len(head):
+        return None
+    column = values.to_numpy(dtype=object)
+    size, hashes = np.empty(len(column)), np.empty(len(column), dtype=np.uint64)
+    for a in range(0, len(column), TOKEN_STEP):
+        try:
+            # The type inferred, not asked for: bytes would be taken for text.
+            chunk = pa.array(column[a:a + TOKEN_STEP], from_pandas=True)
+        except (ValueError, TypeError):  # not text (ArrowTypeError), or a lone surrogate (UnicodeEncodeError)
+            return None
+        if not (pa.types.is_string(chunk.type) or pa.types.is_null(chunk.type)):
+            return None
+        chunk = chunk.cast(pa.large_string())
+        size[a:a + len(chunk)] = pc.utf8_length(chunk).to_numpy(zero_copy_only=False)
+        hashes[a:a + len(chunk)] = text_hash([chunk])
+    return size, hashes

@@ -418,7 +418,7 @@ def test_texts_read_row_by_row_fold_as_each_distinct_text_once(monkeypatch):
     """A text column of mostly distinct texts is read row by row (no hash of every text to find the
     distinct ones): the same partials as the distinct-text path, missing values, repeats, Unicode and
     control characters included; a column holding a non-text value keeps the distinct-text path."""
-    from monitor.aggregate import fold_text
+    from monitor.aggregate import tokens
 
     schema = Schema(features={"t": "text"})
     rng = np.random.default_rng(3)
@@ -436,9 +436,9 @@ def test_texts_read_row_by_row_fold_as_each_distinct_text_once(monkeypatch):
         return [p.payload for p in fold(f, timedelta(minutes=5), [], timed=False, schema=schema, profile=ref)]
 
     whole = payloads(frame)
-    assert fold_text.text_rows(frame["t"]) is None  # fewer than ROWS_MIN rows
-    monkeypatch.setattr(fold_text, "ROWS_MIN", 100)
-    assert fold_text.text_rows(frame["t"]) is not None
+    assert tokens.text_rows(frame["t"]) is None  # fewer than ROWS_MIN rows
+    monkeypatch.setattr(tokens, "ROWS_MIN", 100)
+    assert tokens.text_rows(frame["t"]) is not None
     assert payloads(frame) == whole
     odd = frame.assign(t=frame["t"].where(frame.index != 9, 42))
-    assert fold_text.text_rows(odd["t"]) is None
+    assert tokens.text_rows(odd["t"]) is None
