@@ -44,6 +44,7 @@ from monitor.config.service import (
     SqlSource,
     Timestamps,
 )
+from monitor.config.ui import Ui
 from monitor.durations import parse_duration
 
 __all__ = [
@@ -51,6 +52,6 @@ __all__ = [
     "Config", "ConfigError", "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join",
     "Limits", "MetricsExport",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
-    "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "VerdictAlerts",
+    "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "Ui", "VerdictAlerts",
     "check_cron", "example", "expression_columns", "load", "parse", "parse_duration",
 ]
