@@ -37,10 +37,10 @@ SILENCE_MAX = timedelta(days=30)  # the longest silence the page creates
 FORM_MAX = 16 * 1024  # bytes of a posted form
 
 
-def _utc(value: Any) -> str:
+def _utc(value: Any, seconds: bool = False) -> str:
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return "-"
-    return f"{pd.Timestamp(value).tz_convert('UTC'):%Y-%m-%d %H:%M} UTC"
+    return f"{pd.Timestamp(value).tz_convert('UTC'):%Y-%m-%d %H:%M{':%S' if seconds else ''}} UTC"
 
 
 def _num(value: Any, unit: str = "", digits: int = 3) -> str:

@@ -14,13 +14,15 @@ from monitor.investigate.query import jsonable
 PSI_FLOOR = 0.1  # the drift check's default PSI floor, drawn as a guide
 COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac")
 INCIDENT_FILL = "rgba(228, 87, 86, 0.15)"
-TIME_AXIS = {"type": "date", "title": {"text": "time (UTC)"}}
+TIME_AXIS = {"type": "date", "title": {"text": "time (UTC)", "standoff": 8}, "tickformat": "%H:%M<br>%b %d",
+             "tickangle": 0, "nticks": 6, "automargin": True}
 
 
 def _layout(title: str, yaxis: dict[str, Any], xaxis: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"title": {"text": title, "font": {"size": 14}}, "xaxis": xaxis or dict(TIME_AXIS), "yaxis": yaxis,
-            "margin": {"l": 56, "r": 12, "t": 40, "b": 48}, "height": 320, "autosize": True,
-            "legend": {"orientation": "h", "y": -0.25}, "hovermode": "x unified", **extra}
+    return {"title": {"text": title, "font": {"size": 14}}, "xaxis": xaxis or dict(TIME_AXIS),
+            "yaxis": {"automargin": True, **yaxis}, "margin": {"l": 16, "r": 16, "t": 40, "b": 16}, "height": 360,
+            "autosize": True, "legend": {"orientation": "h", "yanchor": "top", "y": -0.35},
+            "hovermode": "x unified", **extra}
 
 
 def _times(values: Iterable[Any]) -> list[Any]:
@@ -72,7 +74,8 @@ def traffic(metrics: pd.DataFrame, shapes: list[dict[str, Any]]) -> dict[str, An
                          "line": {"color": COLORS[(i + 3) % len(COLORS)]}, "hovertemplate": "%{y:.2f} %"})
     return {"data": data, "layout": _layout(
         "Traffic and failures", {"title": {"text": "requests per hour"}, "rangemode": "tozero"}, shapes=shapes,
-        yaxis2={"title": {"text": "failure rate (%)"}, "overlaying": "y", "side": "right", "rangemode": "tozero"})}
+        yaxis2={"title": {"text": "failure rate (%)"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
+                "automargin": True})}
 
 
 def cache(metrics: pd.DataFrame, shapes: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -126,7 +129,7 @@ def stacked_stages(before: dict[str, float], during: dict[str, float]) -> dict[s
              "marker": {"color": COLORS[i % len(COLORS)]}, "hovertemplate": f"{stage}: %{{y:.2f}} ms"}
             for i, stage in enumerate(names)]
     return {"data": data, "layout": _layout("Mean time per request by stage", {"title": {"text": "mean ms per request"}},
-                                            {"title": {"text": "span"}, "type": "category"},
+                                            {"title": {"text": "span"}, "type": "category", "automargin": True},
                                             barmode="stack", hovermode="closest")}
 
 
@@ -138,7 +141,7 @@ def failure_bars(before: dict[str, float | None], during: dict[str, float | None
              "hovertemplate": "%{y:.2f} %"} for span, values in (("before", before), ("during", during))]
     return {"data": data, "layout": _layout("Failure rates", {"title": {"text": "share of requests (%)"},
                                                               "rangemode": "tozero"},
-                                            {"title": {"text": "outcome"}, "type": "category"},
+                                            {"title": {"text": "outcome"}, "type": "category", "automargin": True},
                                             barmode="group", hovermode="closest")}
 
 
@@ -152,7 +155,7 @@ def histogram(field: str, detail: dict[str, Any]) -> dict[str, Any] | None:
              "hovertemplate": "%{y:.1f} % of rows"} for name, counts in (("reference", ref), ("during", win))]
     return {"data": data, "layout": _layout(f"{field}: share of rows per reference bin",
                                             {"title": {"text": "rows (%)"}, "rangemode": "tozero"},
-                                            {"title": {"text": "reference bin"}, "type": "category"},
+                                            {"title": {"text": "reference bin"}, "type": "category", "automargin": True},
                                             barmode="group", hovermode="closest", height=260)}
 
 
@@ -171,7 +174,7 @@ def intervals(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
              "x": [r.get("baseline") for r in rows], "marker": {"symbol": "line-ns-open", "size": 16},
              "hovertemplate": "%{x:.3f}"}]
     return {"data": data, "layout": _layout("Quality per class and group", {"type": "category", "automargin": True},
-                                            {"title": {"text": "metric value (0..1)"}, "range": [0, 1.02]},
+                                            {"title": {"text": "metric value (0..1)"}, "range": [0, 1.02], "automargin": True},
                                             hovermode="closest", height=max(220, 40 * len(rows) + 120))}
 
 

@@ -5,6 +5,7 @@ quarantine; and the app served by uvicorn on a free loopback port in a thread.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -41,8 +42,8 @@ def ui_run(tmp_path_factory) -> dict:
         reports = replay(root, cfg, store, truth, None, job=tick_job)
         last = pd.Timestamp(truth.end) + timedelta(minutes=30)
         ts = f"{last - timedelta(minutes=5):%Y-%m-%dT%H:%M:%SZ}"
-        (root / "logs" / "predictions" / "hostile.jsonl").write_text(
-            f'{{"request_id": "{HOSTILE}", "ts": "{ts}", "model_version": "v2", "status": "{HOSTILE}"}}\n')
+        line = {"request_id": HOSTILE, "ts": ts, "model_version": "v2", "status": HOSTILE}
+        (root / "logs" / "predictions" / "hostile.jsonl").write_text(json.dumps(line) + "\n")
         reports += tick_job(cfg, store, last.to_pydatetime())
     finally:
         store.dispose()
