@@ -137,3 +137,26 @@ def test_the_onset_marker_sits_at_the_onset(browser, served, incident, ui_run):
     # The deploy that caused it is drawn where the new version's first request was logged.
     deploy = next(s for s in shapes if s.get("name") == f"model_version {truth.model_versions['after']}")
     assert abs(pd.Timestamp(deploy["x0"]) - onset) < timedelta(minutes=5), (deploy["x0"], onset)
+
+
+def test_drifting_fields_are_drawn_against_the_reference(browser, drift_run):
+    from ui_support import serving
+
+    store = Store(drift_run["config"].storage.url)
+    try:
+        found = query.incidents(store, "churn")
+    finally:
+        store.dispose()
+    drift = found[found["verdict"] == "drift"]
+    assert len(drift), found[["id", "verdict"]]
+    with serving(drift_run["config"]) as (server, _), Page(browser, PHONE) as p:
+        p.page.goto(f"{server.url}/incidents/{int(drift['id'].iloc[0])}")
+        figures = p.page.evaluate("() => [...document.querySelectorAll('div.chart[id^=hist-]')]"
+                                  ".map(el => [el.layout.title.text, el.data.map(t => t.y)])")
+        width = p.page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert p.errors == [] and width[0] <= width[1]
+    names = {title.split(":")[0] for title, _ in figures}
+    assert {"Contract", "MonthlyCharges"} <= names, names  # the scenario's drifting fields
+    for _, (reference, during) in figures:
+        assert abs(sum(reference) - 100) < 1e-6 and abs(sum(during) - 100) < 1e-6  # shares of rows in %
+        assert reference != during
