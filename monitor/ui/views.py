@@ -237,9 +237,9 @@ def next_links(service: str, incident_id: int, version: str | None, first: datet
 
 
 def _step(span: timedelta) -> timedelta:
-    """One point per 5 min up to a day, then coarser: at most ~300 points per line."""
+    """One point per 15 min for a day, per hour for a week: at most 200 points per line."""
     for minutes in (5, 15, 60, 360, 1440):
-        if span.total_seconds() / (minutes * 60) <= 300:
+        if span.total_seconds() / (minutes * 60) <= 200:
             return timedelta(minutes=minutes)
     return timedelta(days=7)
 
@@ -256,7 +256,9 @@ def overview(cfg: Config, store: Store, service: str, now: datetime, span: str =
         since = until - SPANS[span]
     step = _step(until - since)
     metrics = history.metrics(store, service, since=since, until=until, every=step, group_by=())
-    findings = query.findings(store, service, since=since, until=until, segment="all")
+    # Only the checks drawn: a day holds tens of thousands of other findings (latency per stage and segment).
+    findings = pd.concat([query.findings(store, service, since=since, until=until, check=check, segment="all")
+                          for check in DRIFT_CHECKS], ignore_index=True)
     with store.transaction() as session:
         found = store.incidents.load(session, service, limit=RECENT)
     shown = [i for i in found if _start(i) < until and _end(i, until) > since]
