@@ -1,14 +1,14 @@
 """Page times of the web UI on a month of history against a day of it:
-`python bench/ui.py [--days 30] [--versions 3] [--clients 50] [--rounds 2]`.
+`python bench/ui.py [--days 30] [--versions 3] [--clients 50] [--rounds 1]`.
 
 Two stores are filled the way bench/query.py fills one (a real 2-hour `healthy` run's 5-minute partials and
 window findings copied onto every bucket and window of the span, per version), one with `--days` of
 history and one with a day, both ending at the same time, each with one incident over the last two hours.
-Each is served by uvicorn on 127.0.0.1 in this process (one worker, as `tailwatch ui` runs), and loaded by
-`--clients` concurrent clients, each fetching the pages in turn for `--rounds` rounds: server time to the
-last byte of the HTML (the browser's drawing of the charts is not in it). Then each page alone, 3 times
-(median). Prints one JSON object: per store, the p50 / p95 / max of the concurrent loads and each page's
-time alone; and the month / day ratio of each. The slowest-requests page reads the raw log files, not the
+Each is served by uvicorn on 127.0.0.1 in this process (one worker, as `tailwatch ui` runs): each page
+alone, 3 times (median), then `--clients` concurrent clients fetching the pages in turn for `--rounds`
+rounds, first without the page cache and then with it (as deployed). Times are the server's to the last
+byte of the HTML (the browser's drawing of the charts is not in them). Prints one JSON object: per store,
+each page's time alone and the p50 / p95 / max of the concurrent loads; and the month / day ratios. The slowest-requests page reads the raw log files, not the
 store, and is left out.
 """
 
@@ -58,23 +58,32 @@ def fetch(url: str) -> float:
     return time.perf_counter() - started
 
 
+def concurrent(url: str, pages: list[str], clients: int, rounds: int) -> dict:
+    urls = [url + pages[(c + r) % len(pages)] for r in range(rounds) for c in range(clients)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        times = sorted(pool.map(fetch, urls))
+    wall = time.perf_counter() - started
+    return {"loads": len(times), "wall_seconds": round(wall, 2), "p50_seconds": round(statistics.median(times), 3),
+            "p95_seconds": round(statistics.quantiles(times, n=20)[18], 3), "max_seconds": round(times[-1], 3)}
+
+
 def measure(cfg, store, end: datetime, incident: int, clients: int, rounds: int) -> dict:
-    from monitor.ui.app import create_app
+    """Each page alone and the concurrent loads without the page cache, then the concurrent loads with it
+    (as `tailwatch ui` runs)."""
+    from monitor.ui.app import CACHE_SECONDS, create_app
 
     pages = [p.format(incident=incident) for p in PAGES]
-    with Served(create_app(cfg, store, clock=lambda: end)) as served:
-        for page in pages:  # warm: templates compiled, plotly.js and the first connection made
-            fetch(served.url + page)
-        alone = {page: statistics.median(fetch(served.url + page) for _ in range(3)) for page in pages}
-        urls = [served.url + pages[(c + r) % len(pages)] for r in range(rounds) for c in range(clients)]
-        started = time.perf_counter()
-        with ThreadPoolExecutor(clients) as pool:
-            times = sorted(pool.map(fetch, urls))
-        wall = time.perf_counter() - started
-    q = statistics.quantiles(times, n=20)
-    return {"loads": len(times), "wall_seconds": round(wall, 2), "p50_seconds": round(statistics.median(times), 3),
-            "p95_seconds": round(q[18], 3), "max_seconds": round(times[-1], 3),
-            "alone_seconds": {page: round(t, 3) for page, t in alone.items()}}
+    out = {}
+    for name, seconds in (("uncached", 0.0), ("cached", CACHE_SECONDS)):
+        with Served(create_app(cfg, store, clock=lambda: end, cache_seconds=seconds)) as served:
+            for page in pages:  # warm: templates compiled, plotly.js read, pages cached (when they are)
+                fetch(served.url + page)
+            if not seconds:
+                out["alone_seconds"] = {page: round(statistics.median(fetch(served.url + page) for _ in range(3)), 3)
+                                        for page in pages}
+            out[name] = concurrent(served.url, pages, clients, rounds)
+    return out
 
 
 def main() -> None:
@@ -82,7 +91,7 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
 
     from storage.store import Store
@@ -102,7 +111,8 @@ def main() -> None:
             store.dispose()
         seed.dispose()
     day, month = out["day"], out["month"]
-    out["ratio"] = {"p95": round(month["p95_seconds"] / day["p95_seconds"], 2),
+    out["ratio"] = {**{f"p95 {name}": round(month[name]["p95_seconds"] / day[name]["p95_seconds"], 2)
+                       for name in ("uncached", "cached")},
                     **{page: round(month["alone_seconds"][page] / day["alone_seconds"][page], 2)
                        for page in day["alone_seconds"]}}
     print(json.dumps(out, indent=2))

@@ -23,6 +23,7 @@ from monitor.alerts.silence import parse_matcher
 from monitor.config import Config, parse_duration
 from monitor.investigate.query import QueryError
 from monitor.ui import views
+from monitor.ui.cache import PageCache
 from storage.store import Store
 
 HERE = Path(__file__).parent
@@ -35,6 +36,7 @@ HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; st
            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 SILENCE_MAX = timedelta(days=30)  # the longest silence the page creates
 FORM_MAX = 16 * 1024  # bytes of a posted form
+CACHE_SECONDS = 30.0  # how long a computed incident or service page is reused while no tick ran
 
 
 def _utc(value: Any, seconds: bool = False) -> str:
@@ -61,9 +63,12 @@ def environment() -> Environment:
     return env
 
 
-def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Starlette:
-    """The pages over `store`; `clock` is the wall clock (pages read each service's last tick as its now)."""
+def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+               cache_seconds: float = CACHE_SECONDS) -> Starlette:
+    """The pages over `store`; `clock` is the wall clock (pages read each service's last tick as its now);
+    the incident and service pages are kept `cache_seconds` while their service ticks no further."""
     env = environment()
+    cache = PageCache(cache_seconds)
     token = cfg.ui.silence_token.resolve() if cfg.ui.silence_token is not None else None
 
     def page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
@@ -88,7 +93,9 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
 
     def incident(request: Request) -> Response:
         incident_id = request.path_params["incident_id"]
-        return page("incident.html", request, **run(lambda: views.incident(cfg, store, incident_id, clock())))
+        context = run(lambda: cache.get(("incident", incident_id, views.data_version(store, cfg, incident_id)),
+                                        lambda: views.incident(cfg, store, incident_id, clock())))
+        return page("incident.html", request, **context)
 
     def slowest(request: Request) -> Response:
         incident_id, stage = request.path_params["incident_id"], request.query_params.get("stage") or None
@@ -98,8 +105,11 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
     def overview(request: Request) -> Response:
         q = request.query_params
         since, until = (_time(q.get(k)) for k in ("since", "until"))
-        return page("service.html", request, **run(lambda: views.overview(
-            cfg, store, request.path_params["service"], clock(), q.get("span", "24h"), since, until)))
+        service, span = request.path_params["service"], q.get("span", "24h")
+        context = run(lambda: cache.get(("service", service, span, since, until,
+                                         views.data_version(store, cfg, service=service)),
+                                        lambda: views.overview(cfg, store, service, clock(), span, since, until)))
+        return page("service.html", request, **context)
 
     def quarantine(request: Request) -> Response:
         return page("quarantine.html", request,

@@ -57,6 +57,23 @@ def last_tick(store: Store, service: str, now: datetime) -> datetime:
     return now if ticks.empty else ticks["now"].iloc[-1].to_pydatetime()
 
 
+def data_version(store: Store, cfg: Config, incident_id: int | None = None, service: str | None = None
+                 ) -> tuple[Any, ...]:
+    """What changes when a page's data may have: the service's last tick (id and status), and for an
+    incident its revision (the alert stage bumps it); NotFound for an unknown service or incident."""
+    revision = None
+    if incident_id is not None:
+        with store.transaction() as session:
+            row = store.incidents.get(session, incident_id)
+            if row is None:
+                raise NotFound(f"no incident {incident_id}")
+            service, revision = row.service, (row.revision, row.updated_at)
+    service_of(cfg, service)
+    ticks = query.ticks(store, service, limit=1)
+    last = None if ticks.empty else (int(ticks["id"].iloc[-1]), ticks["status"].iloc[-1])
+    return service, last, revision
+
+
 def incident_url(cfg: Config, incident: dict[str, Any]) -> str | None:
     """The incident page's address as people reach it (`ui.external_url`); None when it is not set."""
     base = cfg.ui.external_url
