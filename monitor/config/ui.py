@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import Field, field_validator
 
 from monitor.config.fields import Secret
@@ -25,3 +28,10 @@ class Ui(StrictModel):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"external_url must start with http:// or https://, got {value!r}")
         return value
+
+
+def incident_url(cfg, incident: Mapping[str, Any]) -> str | None:
+    """The incident page's address as people reach it, `<ui.external_url>/incidents/<id>` of the Config
+    `cfg`; None when external_url is not set (what a notification's "View incident" button opens)."""
+    base = cfg.ui.external_url
+    return None if base is None else f"{base.rstrip('/')}/incidents/{int(incident['id'])}"

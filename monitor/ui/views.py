@@ -74,12 +74,6 @@ def data_version(store: Store, cfg: Config, incident_id: int | None = None, serv
     return service, last, revision
 
 
-def incident_url(cfg: Config, incident: dict[str, Any]) -> str | None:
-    """The incident page's address as people reach it (`ui.external_url`); None when it is not set."""
-    base = cfg.ui.external_url
-    return None if base is None else f"{base.rstrip('/')}/incidents/{int(incident['id'])}"
-
-
 def slack_link(incident: dict[str, Any]) -> str | None:
     """The Slack thread of an incident (its channel and parent message ts), when one was posted."""
     channel, ts = incident.get("channel"), incident.get("slack_ts")

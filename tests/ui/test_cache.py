@@ -38,7 +38,7 @@ def test_concurrent_callers_wait_for_the_first_build():
 
     def build():
         calls.append(1)
-        release.wait(30)
+        release.wait()
         return "page"
 
     cache = PageCache(30)

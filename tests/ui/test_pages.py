@@ -13,9 +13,8 @@ import pandas as pd
 import pytest
 from ui_support import HOSTILE, serving
 
-from monitor.config import ConfigError, parse
+from monitor.config import ConfigError, incident_url, parse
 from monitor.investigate import query
-from monitor.ui.views import incident_url
 from storage.store import Store
 
 
@@ -24,7 +23,7 @@ def get(url: str, data: dict | None = None) -> tuple[int, dict, str]:
     request = urllib.request.Request(url, data=body)
     opener = urllib.request.build_opener(NoRedirect)
     try:
-        with opener.open(request, timeout=300) as response:
+        with opener.open(request) as response:
             return response.status, dict(response.headers), response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read().decode()
@@ -110,9 +109,12 @@ def test_filters_and_unknowns(served, incident_id):
     assert get(f"{served.url}/services/churn?since=yesterday&until=now")[0] == 400
 
 
-def test_incident_url_is_built_on_external_url(ui_run, incident_id):
-    assert incident_url(ui_run["config"], {"id": incident_id}) == \
-        f"https://tailwatch.example.org/ui/incidents/{incident_id}"
+def test_incident_url_is_built_on_external_url_and_opens_the_incident(ui_run, incident_id, served):
+    url = incident_url(ui_run["config"], {"id": incident_id})
+    assert url == f"https://tailwatch.example.org/ui/incidents/{incident_id}"
+    # Behind the proxy that serves external_url, the rest of the address is this server's page.
+    status, _, html = get(served.url + "/" + url.removeprefix(ui_run["config"].ui.external_url))
+    assert status == 200 and f"Incident #{incident_id} · churn" in html
     bare = ui_run["config"].model_copy(update={"ui": ui_run["config"].ui.model_copy(update={"external_url": None})})
     assert incident_url(bare, {"id": incident_id}) is None
 
