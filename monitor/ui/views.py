@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import pandas as pd
 
@@ -79,7 +79,7 @@ def slack_link(incident: dict[str, Any]) -> str | None:
     channel, ts = incident.get("channel"), incident.get("slack_ts")
     if not channel or not ts:
         return None
-    return f"https://slack.com/archives/{channel}/p{str(ts).replace('.', '')}"
+    return f"https://slack.com/archives/{quote(str(channel), safe='')}/p{quote(str(ts).replace('.', ''), safe='')}"
 
 
 def _start(inc: dict[str, Any]) -> datetime:

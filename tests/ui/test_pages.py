@@ -15,6 +15,7 @@ from ui_support import HOSTILE, serving
 
 from monitor.config import ConfigError, incident_url, parse
 from monitor.investigate import query
+from monitor.ui.views import slack_link, why
 from storage.store import Store
 
 
@@ -157,3 +158,15 @@ def test_silences_created_and_expired_with_the_token(ui_run, tmp_path):
         with store.transaction() as session:
             assert not [s for s in store.silences.load(session, pd.Timestamp.now(tz="UTC").to_pydatetime())
                         if s["id"] == made["id"]]
+
+
+def test_slack_thread_link_and_the_one_line_why():
+    assert slack_link({"channel": "C0123", "slack_ts": "1700000000.123456"}) == \
+        "https://slack.com/archives/C0123/p1700000000123456"
+    assert slack_link({"channel": "a/b?x", "slack_ts": "1.2"}) == "https://slack.com/archives/a%2Fb%3Fx/p12"
+    assert slack_link({"channel": "", "slack_ts": None}) is None  # never posted (no Slack configured)
+    summary = {"alerts": [{"annotations": {"summary": "slower: p95 15 ms vs 13.9 ms",
+                                           "resolution": "clear for 2 windows"}}]}
+    assert why({"status": "open", "verdict": "slower", "summary": summary}) == "slower: p95 15 ms vs 13.9 ms"
+    assert why({"status": "resolved", "verdict": "slower", "summary": summary}) == "clear for 2 windows"
+    assert why({"status": "open", "verdict": "no_data", "summary": None}) == "no_data"
