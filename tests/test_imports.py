@@ -29,6 +29,7 @@ LAYERS = (
     ("monitor.investigate",),
     ("monitor.simulate",),
     ("monitor.daemon",),
+    ("monitor.ui",),  # the web pages over the investigation layer
     ("monitor.cli", "monitor.demo"),  # the faces: nothing imports them
 )
 

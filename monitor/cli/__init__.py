@@ -15,6 +15,7 @@ from monitor.cli.common import Grammar, State, out
 from monitor.cli.investigate import register
 from monitor.cli.pipeline import backfill, demo, init, nightly, run, scan, tick
 from monitor.cli.reference import db_app, reference_app
+from monitor.cli.ui import ui
 
 app = typer.Typer(cls=Grammar, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tailwatch: tells 'the service got slower' apart from 'the predictions got worse'.")
@@ -52,6 +53,7 @@ app.add_typer(silence_app, name="silence")
 app.add_typer(notify_app, name="notify")
 app.command("alerts")(alerts_list)
 app.command()(accept)
+app.command()(ui)
 
 
 def main() -> None:

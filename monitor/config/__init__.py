@@ -44,6 +44,7 @@ from monitor.config.service import (
     SqlSource,
     Timestamps,
 )
+from monitor.config.ui import Ui, incident_url
 from monitor.durations import parse_duration
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Config", "ConfigError", "Constraint", "Daemon", "Duration", "Engine", "FileSource", "Health", "InhibitRule", "Join",
     "Limits", "MetricsExport",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
-    "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "VerdictAlerts",
-    "check_cron", "example", "expression_columns", "load", "load_storage", "parse", "parse_duration",
+    "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "Ui",
+    "VerdictAlerts", "check_cron", "example", "expression_columns", "incident_url", "load", "load_storage", "parse",
+    "parse_duration",
 ]

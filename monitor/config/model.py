@@ -12,6 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url
 from monitor.config.metrics import MetricsExport
 from monitor.config.service import Service, SqlSource
+from monitor.config.ui import Ui
 from monitor.schema import StrictModel
 from storage.url import parse_url
 
@@ -305,6 +306,7 @@ class Config(StrictModel):
     daemon: Daemon = Field(default_factory=Daemon)
     engine: Engine = Field(default_factory=Engine)
     metrics: MetricsExport = Field(default_factory=MetricsExport)
+    ui: Ui = Field(default_factory=Ui)
 
     @model_validator(mode="before")
     @classmethod
@@ -336,5 +338,5 @@ class Config(StrictModel):
         # --- reliability and security: Slack and redacted secrets are checked too ---
         if self.alerts.slack is not None:
             secrets += [self.alerts.slack.token, self.alerts.slack.webhook_url]
-        secrets += self.daemon.redact
+        secrets += self.daemon.redact + [self.ui.silence_token]
         return [w for s in secrets if s is not None for w in s.warnings()]

@@ -1,0 +1,123 @@
+"""Page times of the web UI on a month of history against a day of it:
+`python bench/ui.py [--days 30] [--versions 3] [--clients 50] [--rounds 1]`.
+
+Two stores are filled the way bench/query.py fills one (a real 2-hour `healthy` run's 5-minute partials and
+window findings copied onto every bucket and window of the span, per version), one with `--days` of
+history and one with a day, both ending at the same time, each with one incident over the last two hours.
+Each is served by uvicorn on 127.0.0.1 in this process (one worker, as `tailwatch ui` runs): each page
+alone, 3 times (median), then `--clients` concurrent clients fetching the pages in turn for `--rounds`
+rounds, first without the page cache and then with it, starting empty (as deployed after a tick). Times are the server's to the last
+byte of the HTML (the browser's drawing of the charts is not in them). Prints one JSON object: per store,
+each page's time alone and the p50 / p95 / max of the concurrent loads; and the month / day ratios. The slowest-requests page reads the raw log files, not the
+store, and is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui")]
+
+from query import fill, seed_store  # noqa: E402  (bench/query.py)
+from ui_support import Served  # noqa: E402  (tests/ui/ui_support.py)
+
+PAGES = ("/", "/incidents/{incident}", "/services/churn", "/services/churn?span=7d", "/services/churn/quarantine",
+         "/silences")
+
+
+def add_incident(store, end: datetime) -> int:
+    """One resolved `slower` incident of v1 over the last two hours (its findings are the copied ones)."""
+    from storage.models import Incident
+
+    with store.transaction() as session:
+        row = Incident(service="churn", model_version="v1", verdict="slower", status="resolved",
+                       opened_at=end - timedelta(hours=1, minutes=45), resolved_at=end,
+                       first_window_start=end - timedelta(hours=2), last_window_end=end, fingerprint="bench",
+                       updated_at=end)
+        session.add(row)
+        session.flush()
+        return row.id
+
+
+def fetch(url: str) -> float:
+    started = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=600) as response:
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status}")
+    return time.perf_counter() - started
+
+
+def concurrent(url: str, pages: list[str], clients: int, rounds: int) -> dict:
+    urls = [url + pages[(c + r) % len(pages)] for r in range(rounds) for c in range(clients)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        times = sorted(pool.map(fetch, urls))
+    wall = time.perf_counter() - started
+    return {"loads": len(times), "wall_seconds": round(wall, 2), "p50_seconds": round(statistics.median(times), 3),
+            "p95_seconds": round(statistics.quantiles(times, n=20)[18], 3), "max_seconds": round(times[-1], 3)}
+
+
+def measure(cfg, store, end: datetime, incident: int, clients: int, rounds: int) -> dict:
+    """Each page alone and the concurrent loads without the page cache, then the concurrent loads with it
+    (as `tailwatch ui` runs)."""
+    from monitor.ui.app import CACHE_SECONDS, create_app
+
+    pages = [p.format(incident=incident) for p in PAGES]
+    out = {}
+    for name, seconds in (("uncached", 0.0), ("cached", CACHE_SECONDS)):
+        with Served(create_app(cfg, store, clock=lambda: end, cache_seconds=seconds)) as served:
+            fetch(served.url + "/static/plotly.min.js")  # the connection made, the file in the OS cache
+            if not seconds:  # warm: templates compiled, the store's pages in the OS cache
+                for page in pages:
+                    fetch(served.url + page)
+                out["alone_seconds"] = {page: round(statistics.median(fetch(served.url + page) for _ in range(3)), 3)
+                                        for page in pages}
+            out[name] = concurrent(served.url, pages, clients, rounds)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--days", type=int, default=30)
+    ap.add_argument("--versions", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+
+    from storage.store import Store
+
+    end = datetime(2026, 12, 1, tzinfo=UTC)
+    out: dict = {"days": args.days, "versions": args.versions, "clients": args.clients, "rounds": args.rounds}
+    with tempfile.TemporaryDirectory(prefix="tailwatch-bench-ui-") as tmp:
+        work = Path(tmp)
+        cfg, seed = seed_store(work / "seed")
+        for name, days in (("day", 1), ("month", args.days)):
+            store = Store(f"sqlite:///{work / f'{name}.db'}")
+            store.upgrade()
+            counts = fill(seed, store, days, args.versions, end)
+            incident = add_incident(store, end)
+            out[name] = {**counts, **measure(cfg, store, end, incident, args.clients, args.rounds)}
+            print(name, json.dumps(out[name]), flush=True)
+            store.dispose()
+        seed.dispose()
+    day, month = out["day"], out["month"]
+    out["ratio"] = {**{f"p95 {name}": round(month[name]["p95_seconds"] / day[name]["p95_seconds"], 2)
+                       for name in ("uncached", "cached")},
+                    **{page: round(month["alone_seconds"][page] / day["alone_seconds"][page], 2)
+                       for page in day["alone_seconds"]}}
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The web pages as a Starlette app: server-rendered (Jinja2, every value escaped), read-only but for the
+silences, which need the configured token. Charts are plotly figures drawn by the bundled plotly.js."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pandas as pd
+import plotly
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from monitor.alerts.silence import parse_matcher
+from monitor.config import Config, parse_duration
+from monitor.investigate.query import QueryError
+from monitor.ui import views
+from monitor.ui.cache import PageCache
+from storage.store import Store
+
+HERE = Path(__file__).parent
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+STATIC = {"ui.css": (HERE / "static" / "ui.css", "text/css"), "ui.js": (HERE / "static" / "ui.js", "text/javascript"),
+          "plotly.min.js": (PLOTLY_JS, "text/javascript")}
+# Scripts and styles from this server only (plotly.js sets inline styles on the elements it draws).
+HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                      "img-src 'self' data:; frame-ancestors 'none'",
+           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+SILENCE_MAX = timedelta(days=30)  # the longest silence the page creates
+FORM_MAX = 16 * 1024  # bytes of a posted form
+CACHE_SECONDS = 30.0  # how long a computed incident or service page is reused while no tick ran
+
+
+def _utc(value: Any, seconds: bool = False) -> str:
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "-"
+    return f"{pd.Timestamp(value).tz_convert('UTC'):%Y-%m-%d %H:%M{':%S' if seconds else ''}} UTC"
+
+
+def _num(value: Any, unit: str = "", digits: int = 3) -> str:
+    if value is None or isinstance(value, float) and pd.isna(value):
+        return "-"
+    if isinstance(value, int | float):
+        return f"{value:.{digits}g}{' ' + unit if unit else ''}"
+    return str(value)
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None or pd.isna(value) else f"{100 * value:.1f} %"
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    env.filters.update(utc=_utc, num=_num, pct=_pct)
+    return env
+
+
+def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+               cache_seconds: float = CACHE_SECONDS) -> Starlette:
+    """The pages over `store`; `clock` is the wall clock (pages read each service's last tick as its now);
+    the incident and service pages are kept `cache_seconds` while their service ticks no further."""
+    env = environment()
+    cache = PageCache(cache_seconds)
+    token = cfg.ui.silence_token.resolve() if cfg.ui.silence_token is not None else None
+
+    def page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(request=request, services=[s.name for s in cfg.services],
+                                             writable=token is not None, **context)
+        return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+    def run(build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return build()
+        except views.NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        except (QueryError, ValueError) as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    def incidents(request: Request) -> Response:
+        q = request.query_params
+        filters = views.Filters(**{k: q.get(k) or None for k in ("service", "version", "verdict", "severity",
+                                                                   "status")})
+        rows = run(lambda: {"rows": views.incident_list(cfg, store, filters, clock())})["rows"]
+        return page("incidents.html", request, rows=rows, filters=filters)
+
+    def incident(request: Request) -> Response:
+        incident_id = request.path_params["incident_id"]
+        context = run(lambda: cache.get(("incident", incident_id, views.data_version(store, cfg, incident_id)),
+                                        lambda: views.incident(cfg, store, incident_id, clock())))
+        return page("incident.html", request, **context)
+
+    def slowest(request: Request) -> Response:
+        incident_id, stage = request.path_params["incident_id"], request.query_params.get("stage") or None
+        return page("requests.html", request,
+                    **run(lambda: views.requests(cfg, store, incident_id, clock(), stage=stage)))
+
+    def overview(request: Request) -> Response:
+        q = request.query_params
+        since, until = (_time(q.get(k)) for k in ("since", "until"))
+        service, span = request.path_params["service"], q.get("span", "24h")
+        context = run(lambda: cache.get(("service", service, span, since, until,
+                                         views.data_version(store, cfg, service=service)),
+                                        lambda: views.overview(cfg, store, service, clock(), span, since, until)))
+        return page("service.html", request, **context)
+
+    def quarantine(request: Request) -> Response:
+        return page("quarantine.html", request,
+                    **run(lambda: views.quarantine(cfg, store, request.path_params["service"], clock())))
+
+    def silences(request: Request) -> Response:
+        return page("silences.html", request, rows=views.silences(store, clock()), now=clock())
+
+    async def silence_write(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > FORM_MAX:
+            raise HTTPException(413, f"a silence form is at most {FORM_MAX} bytes")
+        # The forms are urlencoded: parsed here, so no multipart parser is needed.
+        form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        given = str(form.get("token", ""))
+        if token is None or not hmac.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(403, "silences are read-only here: no token configured, or a wrong one")
+        now = clock()
+        with store.transaction() as session:
+            if "silence_id" in request.path_params:
+                store.silences.expire(session, request.path_params["silence_id"], now)
+            else:
+                texts = [m.strip() for m in str(form.get("matchers", "")).split(",") if m.strip()]
+                matchers, length = run(lambda: {"m": [parse_matcher(m) for m in texts],
+                                                "d": parse_duration(str(form.get("duration", "1h")))}).values()
+                if not matchers or not timedelta(0) < length <= SILENCE_MAX:
+                    raise HTTPException(400, f"give matchers (name=value, comma-separated) and a duration up to {SILENCE_MAX.days} d")
+                store.silences.add(session, matchers, str(form.get("created_by") or "web"),
+                                   str(form.get("comment", "")), now, now + length)
+        return RedirectResponse("/silences", status_code=303)
+
+    def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            raise HTTPException(404, "no such file")
+        path, media = STATIC[name]
+        return FileResponse(path, media_type=media, headers={"Cache-Control": "max-age=3600"})
+
+    async def error(request: Request, exc: HTTPException) -> Response:
+        return page("error.html", request, status=exc.status_code, status_code=exc.status_code, detail=exc.detail)
+
+    routes = [Route("/", incidents), Route("/incidents/{incident_id:int}", incident),
+              Route("/incidents/{incident_id:int}/requests", slowest),
+              Route("/services/{service}", overview), Route("/services/{service}/quarantine", quarantine),
+              Route("/silences", silences), Route("/silences", silence_write, methods=["POST"]),
+              Route("/silences/{silence_id:int}/expire", silence_write, methods=["POST"]),
+              Route("/static/{name}", static)]
+    return Starlette(routes=routes, exception_handlers={HTTPException: error})
+
+
+def _time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return pd.Timestamp(value).tz_convert("UTC").to_pydatetime() if pd.Timestamp(value).tzinfo else \
+            pd.Timestamp(value).tz_localize("UTC").to_pydatetime()
+    except ValueError:
+        raise HTTPException(400, f"not a time: {value!r} (use 2026-01-31T12:00Z)") from None

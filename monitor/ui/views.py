@@ -1,0 +1,338 @@
+"""What each page shows, gathered from the investigation layer (query, history, explain, logs) and the
+store: plain dicts and figure dicts the templates lay out. Nothing here writes, except the silence calls.
+
+Times are UTC-aware; a page's "now" for a service is its last tick's clock (stored history, not the wall
+clock), so the pages of a replayed or paused service still show its data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import pandas as pd
+
+from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.config import Config, Service
+from monitor.investigate import history, query
+from monitor.investigate.explain import BEFORE, QUALITY_CHECKS, explain
+from monitor.investigate.logs import LogsError, drill
+from monitor.investigate.query import jsonable
+from monitor.ui import figures
+from storage.store import Store
+
+SPANS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}  # the overview's ranges
+CONTEXT = timedelta(hours=3)  # shown before an incident's first window on its timeline
+RECENT = 200  # incidents listed at most
+EXCERPTS = 5  # latest quarantined lines shown per reason
+DRIFT_CHECKS = ("drift", "prediction_drift")
+
+
+class NotFound(LookupError):
+    """A page asked for a service or incident that does not exist; the message says which."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The incident list's filters (query parameters); None: any."""
+
+    service: str | None = None
+    version: str | None = None
+    verdict: str | None = None
+    severity: str | None = None
+    status: str | None = None
+
+
+def service_of(cfg: Config, name: str) -> Service:
+    for svc in cfg.services:
+        if svc.name == name:
+            return svc
+    raise NotFound(f"no service {name!r} in the config")
+
+
+def last_tick(store: Store, service: str, now: datetime) -> datetime:
+    """The clock of `service`'s last tick, or `now` when it has none."""
+    ticks = query.ticks(store, service, limit=1)
+    return now if ticks.empty else ticks["now"].iloc[-1].to_pydatetime()
+
+
+def data_version(store: Store, cfg: Config, incident_id: int | None = None, service: str | None = None
+                 ) -> tuple[Any, ...]:
+    """What changes when a page's data may have: the service's last tick (id and status), and for an
+    incident its revision (the alert stage bumps it); NotFound for an unknown service or incident."""
+    revision = None
+    if incident_id is not None:
+        with store.transaction() as session:
+            row = store.incidents.get(session, incident_id)
+            if row is None:
+                raise NotFound(f"no incident {incident_id}")
+            service, revision = row.service, (row.revision, row.updated_at)
+    service_of(cfg, service)
+    ticks = query.ticks(store, service, limit=1)
+    last = None if ticks.empty else (int(ticks["id"].iloc[-1]), ticks["status"].iloc[-1])
+    return service, last, revision
+
+
+def slack_link(incident: dict[str, Any]) -> str | None:
+    """The Slack thread of an incident (its channel and parent message ts), when one was posted."""
+    channel, ts = incident.get("channel"), incident.get("slack_ts")
+    if not channel or not ts:
+        return None
+    return f"https://slack.com/archives/{quote(str(channel), safe='')}/p{quote(str(ts).replace('.', ''), safe='')}"
+
+
+def _start(inc: dict[str, Any]) -> datetime:
+    first = inc.get("first_window_start")
+    return pd.Timestamp(first if first is not None and not pd.isna(first) else inc["opened_at"]).to_pydatetime()
+
+
+def _end(inc: dict[str, Any], now: datetime) -> datetime:
+    for value in (inc.get("resolved_at"), inc.get("last_window_end")):
+        if value is not None and not pd.isna(value):
+            return pd.Timestamp(value).to_pydatetime()
+    return now
+
+
+def _summary(inc: dict[str, Any]) -> dict[str, Any]:
+    summary = inc.get("summary")
+    return summary if isinstance(summary, dict) else {}
+
+
+def why(inc: dict[str, Any]) -> str:
+    """The one line that says what the incident is, or for a resolved one why it resolved."""
+    alerts = _summary(inc).get("alerts") or []
+    notes = [a.get("annotations") or {} for a in alerts]
+    if inc.get("status") == "resolved":
+        reasons = [n["resolution"] for n in notes if n.get("resolution")]
+        if reasons:
+            return "; ".join(dict.fromkeys(str(r) for r in reasons))
+    texts = [n.get("summary") or n.get("text") for n in notes]
+    return next((str(t) for t in texts if t), str(inc.get("verdict")))
+
+
+def _duration(start: datetime, end: datetime) -> str:
+    minutes = max(int((end - start).total_seconds() // 60), 0)
+    return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def incident_list(cfg: Config, store: Store, filters: Filters, now: datetime) -> list[dict[str, Any]]:
+    """Open and recent incidents matching `filters`, open first, then newest first."""
+    names = [filters.service] if filters.service else [s.name for s in cfg.services]
+    rows = []
+    for name in names:
+        service_of(cfg, name)
+        with store.transaction() as session:
+            found = store.incidents.load(session, name, status=filters.status, limit=RECENT)
+        clock = last_tick(store, name, now)
+        for inc in found:
+            severity = _summary(inc).get("severity")
+            if (filters.version and inc.get("model_version") != filters.version
+                    or filters.verdict and inc["verdict"] != filters.verdict
+                    or filters.severity and severity != filters.severity):
+                continue
+            start, end = _start(inc), _end(inc, clock)
+            rows.append({"id": inc["id"], "service": name, "model_version": inc.get("model_version"),
+                         "verdict": inc["verdict"], "severity": severity, "status": inc["status"], "onset": start,
+                         "duration": _duration(start, end), "why": why(inc), "slack": slack_link(inc)})
+    rows.sort(key=lambda r: (r["status"] != "open", -r["onset"].timestamp(), -r["id"]))
+    return rows[:RECENT]
+
+
+def stage_means(part) -> dict[str, float]:
+    """Mean ms per request spent in each stage of a merged partial: stage time over all requests, so the
+    stages add up to the mean request (a stage some requests skip counts 0 for them)."""
+    if part is None or not part.rows:
+        return {}
+    return {name.removeprefix(STAGE_PREFIX): sketch.sum / part.rows for name, sketch in part.sketches.items()
+            if name.startswith(STAGE_PREFIX) and sketch.count}
+
+
+def _span_partial(store: Store, service: str, since: datetime, until: datetime, version: str | None):
+    merged = history.merged_partials(store, service, since=since, until=until, model_version=version,
+                                     group_by=(), health_only=True)
+    return merged[0][1] if merged else None
+
+
+def incident(cfg: Config, store: Store, incident_id: int, now: datetime) -> dict[str, Any]:
+    """Everything the incident page shows: explain's answer, the figures and the links to filtered views."""
+    with store.transaction() as session:
+        row = store.incidents.get(session, incident_id)
+        inc = None if row is None else store.incidents.as_dict(row)
+    if inc is None:
+        raise NotFound(f"no incident {incident_id}")
+    svc = service_of(cfg, inc["service"])
+    groups = svc.quality.groups if svc.quality is not None else {}
+    result = explain(store, svc.name, incident_id, now=now, groups=groups)
+    first, last = result.window
+    version = inc.get("model_version")
+    before_part = _span_partial(store, svc.name, first - BEFORE, first, None)
+    during_part = _span_partial(store, svc.name, first, last, version)
+    rates = [history.partial_metrics(p) if p is not None else {} for p in (before_part, during_part)]
+
+    with store.transaction() as session:
+        versions = [v for v in store.versions.load(session, svc.name)
+                    if first - CONTEXT <= v["first_seen"] < last + timedelta(hours=1)]
+    shapes = figures.spans([{"start": first, "end": last, "name": "incident"}])
+    shapes.append(figures.vertical(first, "onset", "#e45756"))
+    shapes += [figures.vertical(v["first_seen"], f"{v['kind']} {v['value']}", "#4c78a8", "dash") for v in versions]
+    step = _step(last + timedelta(hours=1) - (first - CONTEXT))
+    metrics = history.metrics(store, svc.name, since=first - CONTEXT, until=last + timedelta(hours=1), every=step,
+                              group_by=())
+    charts = {"timeline": figures.stage_lines(metrics, "p95", shapes, "p95 latency per stage, incident shaded")
+              if len(metrics) else None,
+              "stages": figures.stacked_stages(stage_means(before_part), stage_means(during_part))
+              if before_part is not None and during_part is not None else None,
+              "failures": figures.failure_bars(*rates) if all(rates) else None,
+              "quality": figures.intervals(_quality_rows(result.affected))}
+    return {"incident": inc, "service": svc.name, "explanation": result, "why": why(inc),
+            "severity": _summary(inc).get("severity"), "slack": slack_link(inc), "charts": charts,
+            "histograms": _histograms(store, svc.name, result, version),
+            "changes": [{"kind": v["kind"], "value": v["value"], "first_seen": v["first_seen"]} for v in versions],
+            "rollback": _rollback(store, svc.name, incident_id),
+            "next": next_links(svc.name, incident_id, version, first, last, result.named)}
+
+
+def _rollback(store: Store, service: str, incident_id: int) -> str | None:
+    verdicts = query.verdicts(store, service, incident_id=incident_id)
+    return next((r for r in verdicts["rollback_to"] if r), None) if len(verdicts) else None
+
+
+def _quality_rows(affected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for a in affected:
+        if a["check"] not in QUALITY_CHECKS:
+            continue
+        labels = a.get("labels") or {}
+        name = " ".join(str(labels[k]) for k in ("metric", "class") if labels.get(k))
+        rows.append({"name": f"{name} [{labels.get('group') or 'all'}] (n={a.get('n')})", "value": a.get("value"),
+                     "baseline": a.get("baseline"), "interval": a.get("interval")})
+    return rows
+
+
+def _histograms(store: Store, service: str, result, version: str | None) -> list[dict[str, Any]]:
+    """The latest drift finding's bins of each field explain names, window vs reference."""
+    out = []
+    first, last = result.window
+    for field in [f for f in result.named.get("fields", []) if f != "cache_hit"][:6]:
+        found = query.findings(store, service, since=first, until=last, model_version=version, check="drift",
+                               labels={"field": field}, segment="all", detail=True)
+        found = found[found["detail"].map(bool)]
+        if len(found):
+            row = found.iloc[-1]
+            fig = figures.histogram(field, row["detail"])
+            if fig is not None:
+                out.append({"field": field, "psi": jsonable(row["value"]), "figure": fig})
+    return out
+
+
+def _iso(at: datetime) -> str:
+    return f"{pd.Timestamp(at).tz_convert('UTC'):%Y-%m-%dT%H:%MZ}"
+
+
+def next_links(service: str, incident_id: int, version: str | None, first: datetime, last: datetime,
+               named: dict[str, Any]) -> list[dict[str, str]]:
+    """The explain next steps as links to this UI's filtered views."""
+    stage = named.get("stage")
+    out = [{"text": f"slowest requests{' in stage ' + stage if stage else ''} during the incident",
+            "href": f"/incidents/{incident_id}/requests" + (f"?{urlencode({'stage': stage})}" if stage else "")}]
+    if stage:
+        out.append({"text": "slowest requests by total latency", "href": f"/incidents/{incident_id}/requests"})
+    span = urlencode({"since": _iso(first - BEFORE), "until": _iso(last + timedelta(hours=1))})
+    out.append({"text": f"service {service} around the incident", "href": f"/services/{service}?{span}"})
+    if version:
+        out.append({"text": f"other incidents of version {version}",
+                    "href": f"/?{urlencode({'service': service, 'version': version})}"})
+    out.append({"text": f"quarantined rows of {service}", "href": f"/services/{service}/quarantine"})
+    return out
+
+
+def _step(span: timedelta) -> timedelta:
+    """One point per 15 min for a day, per hour for a week: at most 200 points per line."""
+    for minutes in (5, 15, 60, 360, 1440):
+        if span.total_seconds() / (minutes * 60) <= 200:
+            return timedelta(minutes=minutes)
+    return timedelta(days=7)
+
+
+def overview(cfg: Config, store: Store, service: str, now: datetime, span: str = "24h",
+             since: datetime | None = None, until: datetime | None = None) -> dict[str, Any]:
+    """The service's last `span` (24h / 7d) up to its last tick, or [since, until): latency per stage,
+    traffic and failures, cache, drift per field, matured quality, with its incidents shaded."""
+    svc = service_of(cfg, service)
+    if since is None or until is None:
+        if span not in SPANS:
+            raise NotFound(f"unknown span {span!r}; one of {', '.join(SPANS)}")
+        until = last_tick(store, service, now)
+        since = until - SPANS[span]
+    step = _step(until - since)
+    metrics = history.metrics(store, service, since=since, until=until, every=step, group_by=())
+    # Only the checks drawn: a day holds tens of thousands of other findings (latency per stage and segment).
+    findings = pd.concat([query.findings(store, service, since=since, until=until, check=check, segment="all")
+                          for check in DRIFT_CHECKS], ignore_index=True)
+    with store.transaction() as session:
+        found = store.incidents.load(session, service, limit=RECENT)
+    shown = [i for i in found if _start(i) < until and _end(i, until) > since]
+    shapes = figures.spans([{"start": _start(i), "end": _end(i, until), "name": f"incident {i['id']}"} for i in shown])
+    charts = {}
+    if len(metrics):
+        charts["latency"] = figures.stage_lines(metrics, "p95", shapes, "p95 latency per stage")
+        charts["traffic"] = figures.traffic(metrics, shapes)
+        charts["cache"] = figures.cache(metrics, shapes)
+    charts["drift"] = figures.drift(findings, shapes)
+    labelled = query.findings(store, service, since=since - timedelta(days=7), until=until, check="quality",
+                              segment="all")
+    charts["quality"] = figures.quality_lines(labelled, shapes)
+    return {"service": svc.name, "since": since, "until": until, "step": step, "span": span,
+            "spans": list(SPANS), "charts": {k: v for k, v in charts.items() if v is not None},
+            "incidents": [{"id": i["id"], "verdict": i["verdict"], "status": i["status"], "onset": _start(i)}
+                          for i in shown]}
+
+
+def quarantine(cfg: Config, store: Store, service: str, now: datetime, span: timedelta = SPANS["7d"]
+               ) -> dict[str, Any]:
+    """Quarantined rows of the last `span` up to the last tick: counts per reason per tick, and the latest
+    lines quarantined for each reason (as the terminal-safe excerpts query gives; the page escapes them)."""
+    service_of(cfg, service)
+    until = last_tick(store, service, now) + timedelta(seconds=1)
+    since = until - span
+    per_tick = query.quarantine(store, service, since=since, until=until, group_by=("reason", "tick_id"))
+    totals = query.quarantine(store, service, since=since, until=until, group_by=("reason",))
+    reasons = []
+    for row in totals.to_dict("records"):
+        latest = query.quarantine(store, service, since=row["last"].to_pydatetime(), until=until,
+                                  reason=row["reason"])
+        reasons.append({"reason": row["reason"], "rows": int(row["rows"]), "first": row["first"],
+                        "last": row["last"], "excerpts": latest.tail(EXCERPTS).to_dict("records")})
+    return {"service": service, "since": since, "until": until, "figure": figures.quarantine(per_tick),
+            "reasons": reasons}
+
+
+def requests(cfg: Config, store: Store, incident_id: int, now: datetime, stage: str | None = None,
+             top: int = 20) -> dict[str, Any]:
+    """The incident's slowest requests (the `query logs` drill-down over its windows), no feature values."""
+    with store.transaction() as session:
+        row = store.incidents.get(session, incident_id)
+        inc = None if row is None else store.incidents.as_dict(row)
+    if inc is None:
+        raise NotFound(f"no incident {incident_id}")
+    svc = service_of(cfg, inc["service"])
+    since, until = _start(inc), _end(inc, last_tick(store, svc.name, now))
+    try:
+        result = drill(svc, cfg.limits, since=since, until=until, stage=stage, top=top, now=now)
+    except (LogsError, OSError) as exc:
+        return {"incident": inc, "service": svc.name, "stage": stage, "error": str(exc), "since": since,
+                "until": until}
+    measure = "latency_ms" if stage is None else f"{stage}_ms"
+    columns = list(result.requests.columns)
+    return {"incident": inc, "service": svc.name, "stage": stage, "error": None, "since": since, "until": until,
+            "measure": measure, "columns": columns, "rows": result.requests[columns].to_dict("records"),
+            "matched": result.matched, "scanned": result.scanned,
+            "aggregates": result.aggregates.head(15).to_dict("records")}
+
+
+def silences(store: Store, now: datetime) -> list[dict[str, Any]]:
+    """Every stored silence, newest first, with whether it holds at `now`."""
+    with store.transaction() as session:
+        rows = store.silences.load(session)
+    return [{**s, "active": s["starts_at"] <= now < s["ends_at"]} for s in reversed(rows)]
