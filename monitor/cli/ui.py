@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
-from monitor.cli.common import err, fail, load_config, open_store
+from monitor.cli.common import Format, fail, load_config, open_store, out, render
 
 
 def ui(
     host: Annotated[str | None, typer.Option(help="Address to listen on (default ui.host, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (default ui.port, 8765).", min=0, max=65535)] = None,
+    fmt: Format = "table",
 ) -> None:
     """Serve the incidents, incident, service, quarantine and silences pages until interrupted. Read-only;
-    silences can be created and expired only with ui.silence_token configured."""
+    silences can be created and expired only with ui.silence_token configured (`--format` applies to the
+line saying where, printed before serving)."""
     import uvicorn
 
     from monitor.config import ConfigError
@@ -27,7 +30,11 @@ def ui(
     except ConfigError as exc:
         fail(str(exc))
     host, port = host or cfg.ui.host, cfg.ui.port if port is None else port
-    err.print(f"tailwatch ui on http://{host}:{port}/", highlight=False)
+    record = {"url": f"http://{host}:{port}/", "services": [svc.name for svc in cfg.services],
+              "silences_writable": cfg.ui.silence_token is not None}
+    render([record], fmt, lambda: out.print(f"tailwatch ui on {record['url']}", highlight=False, soft_wrap=True),
+           document=record)
+    sys.stdout.flush()  # the line is read before the server, which runs until interrupted, says anything
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
     finally:

@@ -165,6 +165,7 @@ RUNS = {
 }
 # What the fixture cannot give these; where their JSON is checked instead.
 NEEDS_MORE = {
+    "ui": "a server that runs until interrupted (tests/ui/test_pages.py)",
     "demo": "hours of simulated traffic (tests/monitor/test_demo.py)",
     "compare": "two stored model versions (tests/query/test_explain_and_cli.py)",
     "explain": "an incident (tests/query/test_explain_and_cli.py)",

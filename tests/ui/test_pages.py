@@ -3,7 +3,13 @@ another host, filters filter, unknown things are 404s, and the one write (silenc
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -170,3 +176,32 @@ def test_slack_thread_link_and_the_one_line_why():
     assert why({"status": "open", "verdict": "slower", "summary": summary}) == "slower: p95 15 ms vs 13.9 ms"
     assert why({"status": "resolved", "verdict": "slower", "summary": summary}) == "clear for 2 windows"
     assert why({"status": "open", "verdict": "no_data", "summary": None}) == "no_data"
+
+
+def test_the_command_says_where_then_serves(ui_run):
+    """`tailwatch ui -f json` prints where it listens, then serves the pages until it is stopped."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
+    proc = subprocess.Popen([sys.executable, "-c", "from monitor.cli import main; main()", "--config",
+                             str(ui_run["root"] / "tailwatch.yaml"), "ui", "--port", str(port), "-f", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        head = "".join(iter(proc.stdout.readline, "}\n")) + "}\n"  # the record, indented JSON
+        record = json.loads(head)
+        assert record["url"] == f"http://127.0.0.1:{port}/" and record["silences_writable"] is False
+        for _ in range(1200):  # the server is up shortly after the record; bounded by the count
+            try:
+                with urllib.request.urlopen(record["url"], timeout=30) as page:
+                    assert page.status == 200 and "<html" in page.read().decode()
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    raise AssertionError(proc.stderr.read()) from None
+                time.sleep(0.1)
+        else:
+            raise AssertionError("the server never answered")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
