@@ -71,10 +71,10 @@ def _when(value: Any) -> str:
     return f"{ts:%Y-%m-%d %H:%M} UTC"
 
 
-def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dict[str, Any]:
+def render(incident: Mapping[str, Any], kind: str, action: str, settings, url: str | None = None) -> dict[str, Any]:
     """The outbox payload of one notification of `incident` (a dict of its columns, summary included):
-    {text, blocks} for post / update, {text} for a thread reply. Every value from the incident or the
-    config is escaped (`esc`)."""
+    {text, blocks} for post / update, {text} for a thread reply; `url`: the incident's page (a "View
+    incident" button, a link in a reply). Every value from the incident or the config is escaped (`esc`)."""
     summary = incident.get("summary") or {}
     alerts = summary.get("alerts", [])
     firing = [a for a in alerts if a["state"] == "firing" and not a.get("muted")]
@@ -99,7 +99,8 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
             took = incident["resolved_at"] - since if since and incident.get("resolved_at") else None
             text = f":white_check_mark: Resolved at {_when(incident.get('resolved_at'))}" + (
                 f", {str(took).split('.')[0]} after its onset" if took else "") + (
-                f" — {resolution}" if resolution else "") + f". Investigate: `{explain}`"
+                f" — {resolution}" if resolution else "") + f". Investigate: `{explain}`" + (
+                f" or <{_link(url)}|the incident page>" if url else "")
         else:
             text = (f":repeat: Still firing since {_when(since)}: "
                     f"{esc(notes['summary']) if 'summary' in notes else verdict}")
@@ -151,12 +152,20 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings) -> dic
         blocks.append(_section("*Other alerts in this incident*\n" + "\n".join(
             f"• {esc(a['labels'].get('alertname'))} [{esc(a['state'])}{', ' + esc(a['muted']) if a.get('muted') else ''}]: "
             f"{esc(a['annotations'].get('summary', ''))}" for a in others[:10])))
+    if url:
+        blocks.append({"type": "actions", "elements": [{"type": "button", "url": url, "action_id": "view_incident",
+                                                         "text": {"type": "plain_text", "text": "View incident"}}]})
     blocks.append({"type": "context", "elements": [_mrkdwn(_cut(
         f"Investigate: `{explain}` · incident {esc(incident.get('id'))} rev {esc(incident.get('revision'))}",
         MAX_SECTION))]})
     state = ("RESOLVED" + (f" ({resolution})" if resolution else "") + ": ") if resolved else ""
     text = _cut(f"{state}{verdict}{estimated} — {who}: {line}", MAX_SECTION)
     return {"text": text, "blocks": blocks[:MAX_BLOCKS]}
+
+
+def _link(url: str) -> str:
+    # A URL inside <...|...>: its own <, > and | would end the link early.
+    return url.replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
 
 
 def _mrkdwn(text: str) -> dict[str, Any]:
@@ -180,7 +189,8 @@ def terminal(message: Mapping[str, Any]) -> Text:
     out = Text()
     for block in message.get("blocks") or [{"type": "section", "text": {"text": message.get("text", "")}}]:
         objects = ([block["text"]] if isinstance(block.get("text"), dict) else []) + block.get("elements", [])
-        lines = [o["text"] for o in objects] + [f["text"].replace("\n", ": ", 1) for f in block.get("fields", [])]
+        lines = [f"[{o['text']['text']}] {o['url']}" if o.get("type") == "button" else o["text"] for o in objects]
+        lines += [f["text"].replace("\n", ": ", 1) for f in block.get("fields", [])]
         for line in lines:
             base = "bold" if block["type"] == "header" else "dim" if block["type"] == "context" else ""
             for piece in _MARKUP.split(line):

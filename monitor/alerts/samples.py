@@ -301,8 +301,10 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
     if tick is not None and tick.status == "error":
         errors.insert(0, f"tick {tick.id}: {(tick.summary or {}).get('error') or 'failed'}")
     # Logs the contract cannot read (a renamed field, a new timestamp format) look like no traffic to every
-    # window check: said as no_data, naming the reasons and fields, while the newest tick quarantines most rows.
-    warned = [w for w in ((tick.summary or {}).get("warnings") or [] if tick is not None else [])
+    # window check: said as no_data, naming the reasons and fields, while the newest tick that read any rows
+    # quarantined most of them (a tick with no new lines says nothing new about their shape).
+    read = next((t for t in ticks if (t.counts or {}).get("rows_read")), None)
+    warned = [w for w in ((read.summary or {}).get("warnings") or [] if read is not None else [])
               if w.startswith(QUARANTINED)]
     samples.append(Sample({"alertname": NO_DATA, "service": name, "severity": settings.no_data.severity,
                            "source": "quarantine"}, bool(warned), settings.no_data.for_, timedelta(0),

@@ -195,7 +195,6 @@ class Alertmanager(StrictModel):
     ahead (as Prometheus does), so an Alertmanager that stops hearing of it resolves it itself."""
 
     urls: list[str] = Field(min_length=1)
-    external_url: str | None = None  # tailwatch's address: generatorURL is {external_url}/incidents/{id}
     runbook_url: str | None = None  # annotation runbook_url; {alertname} {service} {model_version} {incident}
     timeout: Duration = timedelta(seconds=10)
     resend_interval: Duration = Field(timedelta(minutes=1), gt=timedelta(0))
@@ -203,10 +202,10 @@ class Alertmanager(StrictModel):
     basic_auth: BasicAuth | None = None
     bearer_token: Secret | None = None
 
-    @field_validator("urls", "external_url")
+    @field_validator("urls")
     @classmethod
     def _http(cls, value):
-        for url in [value] if isinstance(value, str) else value or []:
+        for url in value:
             if not url.startswith(("http://", "https://")) or "@" in url.split("/")[2]:
                 raise ValueError(f"not an http(s) URL without credentials: {url!r}")
         return value

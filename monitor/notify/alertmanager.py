@@ -21,7 +21,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from monitor.alerts.group import ALERT
-from monitor.config import Alertmanager, Config, ConfigError
+from monitor.config import Alertmanager, Config, ConfigError, incident_url
 from monitor.notify.message import incident_of
 from monitor.notify.slack import SendResult
 from monitor.verdicts.evidence import gathered, text
@@ -57,10 +57,12 @@ def labels_of(alert: Mapping[str, Any], incident: Mapping[str, Any]) -> dict[str
     return {label_name(str(k)): str(v) for k, v in labels.items() if v is not None and str(v) != ""}
 
 
-def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime) -> list[dict[str, Any]]:
+def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime,
+           url: str | None = None) -> list[dict[str, Any]]:
     """The Alertmanager alerts of `incident` (a snapshot with its times as datetimes) sent at `now`: its
     firing unmuted alerts end ENDS_AFTER resend intervals after `now`; the others, or all once the
-    incident is resolved, end when the snapshot was taken (its resolution)."""
+    incident is resolved, end when the snapshot was taken (its resolution); `url`: the incident's page,
+    each alert's generatorURL."""
     summary = incident.get("summary") or {}
     resolved = incident.get("status") == "resolved"
     ended = incident.get("resolved_at") or incident.get("updated_at") or now
@@ -85,8 +87,8 @@ def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime) -
             annotations["runbook_url"] = settings.runbook_url.format(**fill)
         item = {"labels": labels, "annotations": annotations, "startsAt": _rfc3339(min(starts, now)),
                 "endsAt": _rfc3339(now + ENDS_AFTER * settings.resend_interval if firing else max(ended, starts))}
-        if settings.external_url:
-            item["generatorURL"] = f"{settings.external_url.rstrip('/')}/incidents/{incident.get('id')}"
+        if url:
+            item["generatorURL"] = url
         out.append(item)
     return out
 
@@ -161,10 +163,11 @@ def undeliverable(settings: Alertmanager | None) -> str:
     return ""
 
 
-def payload_alerts(payload: Mapping[str, Any], settings: Alertmanager, now: datetime) -> list[dict[str, Any]]:
-    """The alerts an outbox message of kind `alert` sends at `now`."""
+def payload_alerts(payload: Mapping[str, Any], config: Config, now: datetime) -> list[dict[str, Any]]:
+    """The alerts an outbox message of kind `alert` sends at `now`, linked to the incident's page."""
     incident = incident_of(payload)
-    return [] if incident is None else render(incident, settings, now)
+    return [] if incident is None else render(incident, config.alerts.alertmanager, now,
+                                              incident_url(config, incident))
 
 
 def enqueue_resends(config: Config, store: Store, now: datetime) -> int:

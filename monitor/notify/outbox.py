@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from monitor.alerts.group import ALERT
 from monitor.alerts.render import render
-from monitor.config import Config, ConfigError
+from monitor.config import Config, ConfigError, incident_url
 from monitor.notify.alertmanager import AlertmanagerSender, enqueue_resends, payload_alerts
 from monitor.notify.alertmanager import undeliverable as alertmanager_undeliverable
 from monitor.notify.message import action_of, incident_of
@@ -197,7 +197,7 @@ def _send_one(store: Store, sender: SlackSender, item_id: int, now: datetime, co
         snapshot = incident_of(payload)
         if snapshot is not None:
             # Rendered now, from what the incident was when the notification was decided.
-            payload = render(snapshot, kind, action_of(payload), config.alerts.slack)
+            payload = render(snapshot, kind, action_of(payload), config.alerts.slack, incident_url(config, snapshot))
         channel = (incident.channel if incident is not None and incident.channel else None) or item.channel
         thread_ts = incident.slack_ts if incident is not None else None
         check_first = (item.last_error or "").startswith(AMBIGUOUS)
@@ -226,7 +226,7 @@ def _push_one(store: Store, pusher: AlertmanagerSender, item_id: int, now: datet
         item = store.outbox.get(session, item_id)
         if item is None or item.status != "pending":
             return True  # another drain got it
-        alerts = payload_alerts(item.payload or {}, settings, now)
+        alerts = payload_alerts(item.payload or {}, config, now)
     result = pusher.send(alerts) if alerts else SendResult(True)
     with store.transaction() as session:
         item = store.outbox.get(session, item_id)

@@ -142,7 +142,7 @@ class FakeSlack:
 
 def make_config(tmp_path, *, slack_url: str | None = None, alerts: dict | None = None, rules: list | None = None,
                 accepted: list | None = None, windows: list | None = None, url: str | None = None,
-                quality: dict | None = None):
+                quality: dict | None = None, ui: dict | None = None):
     """A validated config for one service `churn` whose sources are empty directories."""
     from monitor import config as config_mod
 
@@ -159,6 +159,8 @@ def make_config(tmp_path, *, slack_url: str | None = None, alerts: dict | None =
                          "buckets": {"size": "5m", "windows": windows or ["15m"]}, "join": {"lateness": "5m"},
                          "rules": rules or [], "accepted_versions": accepted or []}],
            "alerts": raw_alerts}
+    if ui is not None:
+        raw["ui"] = ui
     if quality is not None:
         raw["services"][0]["quality"] = quality
         raw["services"][0]["sources"]["labels"] = {"kind": "files", "path": str(labels)}

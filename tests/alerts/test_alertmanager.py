@@ -20,11 +20,12 @@ SECRET = "am-bearer-SECRETVALUE-42"
 
 
 def am_config(tmp_path, receivers, slack_url=None, **am):
-    settings = {"urls": [r.url for r in receivers], "external_url": "https://tailwatch.example/",
+    settings = {"urls": [r.url for r in receivers],
                 "runbook_url": "https://runbooks.example/{alertname}", "timeout": "2s", "resend_interval": "1m",
                 **am}
-    return make_config(tmp_path, slack_url=slack_url, accepted=["v1"], alerts={
-        "verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s", "alertmanager": settings})
+    return make_config(tmp_path, slack_url=slack_url, accepted=["v1"], ui={"external_url": "https://tailwatch.example/"},
+                       alerts={"verdict": {"for": "0s", "resolve_after": 1}, "group_wait": "0s",
+                               "alertmanager": settings})
 
 
 def resolved_at(store) -> str:

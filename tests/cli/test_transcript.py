@@ -237,3 +237,9 @@ def test_the_same_logs_without_the_mapping_warn_naming_the_fields(fresh):
     assert alert["labels"]["alertname"] == "no_data"
     assert alert["summary"].startswith("fraud's logs are mostly quarantined: quarantined 50 of 50 rows (100%")
     assert "predictions: request_id, ts, model_version" in alert["summary"]
+
+    # Logs arrive less often than the daemon ticks: a job that reads no new lines keeps the alert.
+    quiet = tw("run", "--once", "--now", "2026-12-03T08:10:00Z", cwd=fresh)
+    assert quiet.returncode == 0, quiet.stderr
+    assert [a["labels"]["alertname"] for a in json.loads(tw("alerts", "-f", "json", cwd=fresh).stdout)["alerts"]
+            if a["labels"].get("source") == "quarantine"] == ["no_data"]

@@ -102,8 +102,8 @@ def test_alertmanager_gets_routes_and_resolves_an_incident_after_an_outage(stack
         (tmp_path / "logs" / kind).mkdir(parents=True, exist_ok=True)
     raw = demo_config(tmp_path)
     # A resend interval of hours: the replay's firing alert (sent at its tick's time) ends after now.
-    raw["alerts"] = {"alertmanager": {"urls": [am.url], "external_url": "http://tailwatch.example",
-                                      "resend_interval": "2h", "timeout": "2s"}}
+    raw["alerts"] = {"alertmanager": {"urls": [am.url], "resend_interval": "2h", "timeout": "2s"}}
+    raw["ui"] = {"external_url": "http://tailwatch.example"}
     (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     cfg = config_mod.load(tmp_path / "tailwatch.yaml")
     store = Store(cfg.storage.url)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,11 +15,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from sqlalchemy.engine import make_url
 from ui_support import HOSTILE, serving
 
+from monitor import config as config_mod
 from monitor.config import ConfigError, incident_url, parse
 from monitor.investigate import query
 from monitor.ui.views import slack_link, why
@@ -205,3 +209,40 @@ def test_the_command_says_where_then_serves(ui_run):
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_the_slack_button_opens_the_incident_page(ui_run, incident_id, served, tmp_path, monkeypatch):
+    """The outbox drained to a fake Slack Web API with ui.external_url set to this server: the posted
+    message's "View incident" button opens that incident's page."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "alerts"))
+    from alerts_support import TOKEN, FakeSlack
+
+    from monitor.notify import drain
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("TW_SLACK_TOKEN", TOKEN)
+    database = tmp_path / "copy.db"  # the scenario's store is shared with the other tests: drain a copy
+    shutil.copy(make_url(ui_run["config"].storage.url).database, database)
+    fake = FakeSlack()
+    fake.thread.start()
+    try:
+        cfg = ui_run["config"].model_copy(update={
+            "storage": ui_run["config"].storage.model_copy(update={"url": f"sqlite:///{database}"}),
+            "ui": ui_run["config"].ui.model_copy(update={"external_url": served.url + "/"}),
+            "alerts": ui_run["config"].alerts.model_copy(update={"slack": config_mod.Slack.model_validate(
+                {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts", "base_url": fake.base_url})})})
+        store = Store(cfg.storage.url)
+        try:
+            report = drain(cfg, store, pd.Timestamp(ui_run["truth"].end).to_pydatetime() + pd.Timedelta(hours=1))
+        finally:
+            store.dispose()
+        assert report.sent >= 1, report
+        buttons = {e["url"] for m in fake.top_level for b in m["blocks"] if b["type"] == "actions"
+                   for e in b["elements"] if e.get("action_id") == "view_incident"}
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+    assert f"{served.url}/incidents/{incident_id}" in buttons
+    for url in buttons:
+        status, _, html = get(url)
+        assert status == 200 and f"Incident #{url.rsplit('/', 1)[1]} · churn" in html
