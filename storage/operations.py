@@ -66,6 +66,12 @@ class Ticks(Repository):
         ).all()
         return [_record(t) for t in rows]
 
+    def last_read(self, session: Session, service: str, until: datetime) -> TickRecord | None:
+        """The newest tick of `service` with its clock at or before `until` that read any rows; None if none."""
+        row = session.scalars(select(Tick).where(Tick.service == service, Tick.rows_read > 0, Tick.now <= until)
+                              .order_by(Tick.id.desc()).limit(1)).first()
+        return None if row is None else _record(row)
+
     def running(self, session: Session, service: str | None = None) -> list[TickRecord]:
         """Ticks still marked running, oldest first: with the leader lock held, ticks a killed process left."""
         query = select(Tick).where(Tick.status == "running")

@@ -204,6 +204,7 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
         by_length = [[f for f in store.findings.load(session, name, since=a, until=a + timedelta(microseconds=1))
                       if f["window_end"] == b] for a, b in lengths]
         ticks = store.ticks.last(session, name, limit=settings.source_error_ticks + 1)
+        last_read = store.ticks.last_read(session, name, now)
         # The daemon's job errors and missed runs (process-wide) during the evaluated window.
         job_events = store.job_events.load(session, start, now + timedelta(microseconds=1))
         # Versions whose verdict alert is pending or firing: each gets a sample, with traffic or without.
@@ -303,8 +304,7 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
     # Logs the contract cannot read (a renamed field, a new timestamp format) look like no traffic to every
     # window check: said as no_data, naming the reasons and fields, while the newest tick that read any rows
     # quarantined most of them (a tick with no new lines says nothing new about their shape).
-    read = next((t for t in ticks if (t.counts or {}).get("rows_read")), None)
-    warned = [w for w in ((read.summary or {}).get("warnings") or [] if read is not None else [])
+    warned = [w for w in ((last_read.summary or {}).get("warnings") or [] if last_read is not None else [])
               if w.startswith(QUARANTINED)]
     samples.append(Sample({"alertname": NO_DATA, "service": name, "severity": settings.no_data.severity,
                            "source": "quarantine"}, bool(warned), settings.no_data.for_, timedelta(0),

@@ -217,6 +217,7 @@ def test_the_slack_button_opens_the_incident_page(ui_run, incident_id, served, t
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "alerts"))
     from alerts_support import TOKEN, FakeSlack
 
+    from monitor.alerts.group import incident_view
     from monitor.notify import drain
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
@@ -232,8 +233,17 @@ def test_the_slack_button_opens_the_incident_page(ui_run, incident_id, served, t
             "alerts": ui_run["config"].alerts.model_copy(update={"slack": config_mod.Slack.model_validate(
                 {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts", "base_url": fake.base_url})})})
         store = Store(cfg.storage.url)
+        now = pd.Timestamp(ui_run["truth"].end).to_pydatetime() + pd.Timedelta(hours=1)
         try:
-            report = drain(cfg, store, pd.Timestamp(ui_run["truth"].end).to_pydatetime() + pd.Timedelta(hours=1))
+            # The run had no notifier, so nothing was queued: queue the incident's first message as the
+            # alert stage does (the message, rendered by the drain), then drain it to the fake Slack.
+            with store.transaction() as session:
+                incident = store.incidents.get(session, incident_id)
+                store.outbox.add(session, dedup_key=f"incident:{incident_id}:rev:{incident.revision}:post",
+                                 created_at=now, channel="#alerts", status="pending", attempts=0,
+                                 next_attempt_at=now, incident_id=incident_id, kind="post",
+                                 payload={"incident": incident_view(incident), "action": "post"})
+            report = drain(cfg, store, now)
         finally:
             store.dispose()
         assert report.sent >= 1, report
