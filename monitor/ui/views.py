@@ -154,14 +154,19 @@ def _span_partial(store: Store, service: str, since: datetime, until: datetime, 
     return merged[0][1] if merged else None
 
 
-def incident(cfg: Config, store: Store, incident_id: int, now: datetime) -> dict[str, Any]:
-    """Everything the incident page shows: explain's answer, the figures and the links to filtered views."""
+def _incident(cfg: Config, store: Store, incident_id: int) -> tuple[dict[str, Any], Service]:
+    """The stored incident as a dict, and its service's config; NotFound when there is none."""
     with store.transaction() as session:
         row = store.incidents.get(session, incident_id)
         inc = None if row is None else store.incidents.as_dict(row)
     if inc is None:
         raise NotFound(f"no incident {incident_id}")
-    svc = service_of(cfg, inc["service"])
+    return inc, service_of(cfg, inc["service"])
+
+
+def incident(cfg: Config, store: Store, incident_id: int, now: datetime) -> dict[str, Any]:
+    """Everything the incident page shows: explain's answer, the figures and the links to filtered views."""
+    inc, svc = _incident(cfg, store, incident_id)
     groups = svc.quality.groups if svc.quality is not None else {}
     result = explain(store, svc.name, incident_id, now=now, groups=groups)
     first, last = result.window
@@ -311,12 +316,7 @@ def quarantine(cfg: Config, store: Store, service: str, now: datetime, span: tim
 def requests(cfg: Config, store: Store, incident_id: int, now: datetime, stage: str | None = None,
              top: int = 20) -> dict[str, Any]:
     """The incident's slowest requests (the `query logs` drill-down over its windows), no feature values."""
-    with store.transaction() as session:
-        row = store.incidents.get(session, incident_id)
-        inc = None if row is None else store.incidents.as_dict(row)
-    if inc is None:
-        raise NotFound(f"no incident {incident_id}")
-    svc = service_of(cfg, inc["service"])
+    inc, svc = _incident(cfg, store, incident_id)
     since, until = _start(inc), _end(inc, last_tick(store, svc.name, now))
     try:
         result = drill(svc, cfg.limits, since=since, until=until, stage=stage, top=top, now=now)

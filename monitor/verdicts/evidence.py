@@ -12,7 +12,7 @@ so a new category on 28% of traffic outranks the latency of one length bucket.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from checks.catalog import REGISTRY
@@ -65,16 +65,21 @@ def show(value: Any, unit_: str) -> str:
     of shares as percent, PSI named before its value; '-' for no value."""
     if value is None or isinstance(value, float) and math.isnan(value):
         return "-"
-    v = float(value)
+    prefix, number, suffix = _form(unit_)
+    return f"{prefix}{number(float(value))}{suffix}"
+
+
+def _form(unit_: str) -> tuple[str, Callable[[float], str], str]:
+    """How a value in `unit_` is written: what comes before the number, the number, what comes after."""
     if unit_ == "%":
-        return f"{_digits(100 * v)}%"
+        return "", lambda v: _digits(100 * v), "%"
     if unit_ == "pp":
-        return f"{100 * v:+.3g} pp"
+        return "", lambda v: f"{100 * v:+.3g}", " pp"
     if unit_ == "PSI":
-        return f"PSI {_digits(v)}"
+        return "PSI ", _digits, ""
     if unit_ == "x":
-        return f"{_digits(v)}x"
-    return f"{_digits(v)} {unit_}" if unit_ else _digits(v)
+        return "", _digits, "x"
+    return "", _digits, f" {unit_}" if unit_ else ""
 
 
 def _digits(v: float) -> str:
@@ -109,16 +114,8 @@ def parts(e: Mapping[str, Any]) -> dict[str, str]:
 
 def _range(low: Any, high: Any, unit_: str) -> str:
     """An interval with its unit once: `44.7–45.6 ms`, `13.3–16.6%`, `PSI 0.987–1.26`."""
-    lo, hi = float(low), float(high)
-    if unit_ == "PSI":
-        return f"PSI {_digits(lo)}–{_digits(hi)}"
-    if unit_ == "%":
-        return f"{_digits(100 * lo)}–{_digits(100 * hi)}%"
-    if unit_ == "pp":
-        return f"{100 * lo:+.3g}–{100 * hi:+.3g} pp"
-    if unit_ == "x":
-        return f"{_digits(lo)}–{_digits(hi)}x"
-    return f"{_digits(lo)}–{_digits(hi)}" + (f" {unit_}" if unit_ else "")
+    prefix, number, suffix = _form(unit_)
+    return f"{prefix}{number(float(low))}–{number(float(high))}{suffix}"
 
 
 def text(e: Mapping[str, Any]) -> str:

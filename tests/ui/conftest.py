@@ -62,6 +62,25 @@ def drift_run(tmp_path_factory) -> dict:
     return scenario_run(tmp_path_factory.mktemp("ui-drift"), "drift-new-category")
 
 
+@pytest.fixture(scope="session")
+def incident(ui_run) -> dict:
+    """The incident `slower-cache` opened for v2, as `query.incidents` gives it."""
+    from monitor.investigate import query
+
+    store = Store(ui_run["config"].storage.url)
+    try:
+        found = query.incidents(store, "churn", model_version="v2")
+    finally:
+        store.dispose()
+    assert len(found), "the scenario opened no incident for v2"
+    return found.iloc[0].to_dict()
+
+
+@pytest.fixture(scope="session")
+def incident_id(incident) -> int:
+    return int(incident["id"])
+
+
 @pytest.fixture(scope="module")
 def served(ui_run) -> Iterator[Served]:
     """The app over the scenario's store, read-only (no silence token)."""

@@ -39,17 +39,6 @@ def browser() -> Iterator:
             launched.close()
 
 
-@pytest.fixture(scope="module")
-def incident(ui_run) -> dict:
-    store = Store(ui_run["config"].storage.url)
-    try:
-        found = query.incidents(store, "churn", model_version="v2")
-    finally:
-        store.dispose()
-    assert len(found), "the scenario opened no incident for v2"
-    return found.iloc[0].to_dict()
-
-
 class Page:
     """A browser page that records console errors and uncaught exceptions."""
 

@@ -24,7 +24,6 @@ from ui_support import HOSTILE, serving
 
 from monitor import config as config_mod
 from monitor.config import ConfigError, incident_url, parse
-from monitor.investigate import query
 from monitor.ui.views import slack_link, why
 from storage.store import Store
 
@@ -44,16 +43,6 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
 
-
-@pytest.fixture(scope="module")
-def incident_id(ui_run) -> int:
-    store = Store(ui_run["config"].storage.url)
-    try:
-        found = query.incidents(store, "churn", model_version="v2")
-    finally:
-        store.dispose()
-    assert len(found), "the scenario opened no incident for v2"
-    return int(found["id"].iloc[0])
 
 
 def pages(incident_id: int) -> list[str]:
