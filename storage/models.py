@@ -167,6 +167,7 @@ class FindingRow(Base):
             "service", "check", "model_version", "window_start", "window_end", "labels_key",
             name="uq_findings_identity",
         ),
+        Index(None, "service", "window_start"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
