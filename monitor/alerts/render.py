@@ -164,8 +164,8 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings, url: s
 
 
 def _link(url: str) -> str:
-    # A URL inside <...|...>: its own <, > and | would end the link early.
-    return url.replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
+    # A URL inside <...|...>: escaped as any text (Slack decodes &amp; there too); its own | would end it early.
+    return esc(url).replace("|", "%7C")
 
 
 def _mrkdwn(text: str) -> dict[str, Any]:

@@ -392,3 +392,13 @@ def test_the_resolve_message_escapes_the_version_it_names():
     assert "1:30:00 after its onset — rolled back: v2 &lt;!channel&gt; has no traffic since 13:00, v1 serves" in reply
     update = render(incident, "update", "resolve", None)
     assert "<!channel>" not in str(update) and "rolled back: v2 &lt;!channel&gt;" in update["text"]
+
+
+def test_the_incident_page_link_in_a_reply_stays_one_link():
+    from monitor.alerts.render import render
+
+    incident = {"id": 3, "service": "churn", "model_version": "v2", "verdict": "slower", "status": "resolved",
+                "revision": 4, "opened_at": T0 + W, "first_window_start": T0, "resolved_at": T0 + 6 * W,
+                "summary": {"severity": "page", "alerts": []}}
+    reply = render(incident, "reply", "resolve", None, "https://tw.example/ui?a=1&b=<x>|y/incidents/3")["text"]
+    assert reply.endswith(" or <https://tw.example/ui?a=1&amp;b=&lt;x&gt;%7Cy/incidents/3|the incident page>")
