@@ -8,7 +8,7 @@ windows: the explanation holds even where a verdict row carries no evidence (an 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,9 +63,12 @@ class Explanation:
     window: tuple[datetime, datetime] | None = None
     before: tuple[datetime, datetime] | None = None
     cache: dict[str, Any] | None = None
+    # The merged partials before and during (None: no rows) the figures above come from, for a caller that
+    # draws them; not part of the answer (as_dict leaves them out).
+    spans: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(replace(self, spans=(None, None))).items() if k != "spans"}
 
 
 def explain(store: Store, service: str, incident_id: int, now: datetime | None = None,
@@ -109,7 +112,7 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
         verdicts={str(k): int(v) for k, v in counts.items()}, evidence=evidence, stages=stages,
         affected=affected, what_changed=changed,
         next_queries=_next_queries(store, service, incident_id, version, first, last, named, stages, verdicts),
-        named=named, window=(first, last), before=(first - BEFORE, first), cache=cache)
+        named=named, window=(first, last), before=(first - BEFORE, first), cache=cache, spans=(before, during))
 
 
 def _label_findings(store: Store, service: str, version: str | None, first: datetime, last: datetime

@@ -148,12 +148,6 @@ def stage_means(part) -> dict[str, float]:
             if name.startswith(STAGE_PREFIX) and sketch.count}
 
 
-def _span_partial(store: Store, service: str, since: datetime, until: datetime, version: str | None):
-    merged = history.merged_partials(store, service, since=since, until=until, model_version=version,
-                                     group_by=(), health_only=True)
-    return merged[0][1] if merged else None
-
-
 def _incident(cfg: Config, store: Store, incident_id: int) -> tuple[dict[str, Any], Service]:
     """The stored incident as a dict, and its service's config; NotFound when there is none."""
     with store.transaction() as session:
@@ -171,8 +165,7 @@ def incident(cfg: Config, store: Store, incident_id: int, now: datetime) -> dict
     result = explain(store, svc.name, incident_id, now=now, groups=groups)
     first, last = result.window
     version = inc.get("model_version")
-    before_part = _span_partial(store, svc.name, first - BEFORE, first, None)
-    during_part = _span_partial(store, svc.name, first, last, version)
+    before_part, during_part = result.spans  # explain read them: the same partials, not read twice
     rates = [history.partial_metrics(p) if p is not None else {} for p in (before_part, during_part)]
 
     with store.transaction() as session:
