@@ -86,11 +86,14 @@ class Findings(Repository):
         status: str | None = None,
         labels: dict[str, Any] | None = None,
         detail: bool = True,
+        segment: str | None = None,
     ) -> list[dict[str, Any]]:
         """Findings of `service` with window_start in [since, until) (and `status`, when given), oldest
         first, as dicts with the keys `upsert` takes plus id; empty if none. `labels`: only label sets that
         may hold those values (a LIKE on the canonical JSON: the caller checks the match exactly);
-        `detail` False: without the detail document (the costly part)."""
+        `segment` '' or 'all': only label sets without a segment (exact: `"segment":` is a key, never
+        inside a JSON string), another value: that segment's (a LIKE, as labels); `detail` False: without
+        the detail document (the costly part)."""
         fields = ("id",) + tuple(f for f in FINDING_REQUIRED + FINDING_OPTIONAL if detail or f != "detail")
         # Columns, not ORM objects: a tick reads thousands of findings and only needs their values.
         query = select(*(getattr(FindingRow, name) for name in fields)).where(FindingRow.service == service)
@@ -103,6 +106,11 @@ class Findings(Repository):
                                    (FindingRow.status, status)))
         for key, value in (labels or {}).items():
             query = query.where(FindingRow.labels_key.contains(dumps({key: value})[1:-1], autoescape=True))
+        if segment in ("", "all"):
+            # A page of all traffic reads a fraction of the rows when segments are configured.
+            query = query.where(~FindingRow.labels_key.contains('"segment":', autoescape=True))
+        elif segment is not None:
+            query = query.where(FindingRow.labels_key.contains(dumps({"segment": segment})[1:-1], autoescape=True))
         query = query.order_by(
             FindingRow.window_start, FindingRow.window_end, FindingRow.check, FindingRow.model_version,
             FindingRow.labels_key,

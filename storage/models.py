@@ -168,6 +168,7 @@ class FindingRow(Base):
             name="uq_findings_identity",
         ),
         Index(None, "service", "window_start"),
+        Index(None, "service", "check", "window_start"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -330,6 +331,7 @@ class VerdictRow(Base):
     __table_args__ = (
         UniqueConstraint("service", "model_version", "window_start", "window_end", name="uq_verdicts_identity"),
         Index(None, "service", "window_end"),
+        Index(None, "incident_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

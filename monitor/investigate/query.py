@@ -59,7 +59,7 @@ def findings(store: Store, service: str, *, since: datetime | None = None, until
     rows = []
     with store.transaction() as session:
         found = store.findings.load(session, service, since, until, check=check, model_version=model_version,
-                                    status=status, labels=labels, detail=detail)
+                                    status=status, labels=labels, detail=detail, segment=segment)
     for found_row in found:
         row = {n: found_row[n] for n in names}
         if not _has_labels(row["labels"], labels) or not _segment_ok(row["labels"], segment):

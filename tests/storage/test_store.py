@@ -384,6 +384,21 @@ def test_load_findings_filters_and_nan(store: Store) -> None:
             store.findings.upsert(session, [finding(colour="red")])
 
 
+def test_load_findings_by_segment_in_sql(store: Store) -> None:
+    # All traffic has no segment key; a label value that spells a segment key (escaped in the stored JSON)
+    # or a key of another case is not one.
+    labels = [{"stage": "model"}, {"stage": "model", "segment": "eu"}, {"stage": "model", "segment": "eu-west"},
+              {"field": 'a"segment":"eu"'}, {"field": "Segment"}, None]
+    with store.transaction() as session:
+        store.findings.upsert(session, [finding(labels=lab) for lab in labels])
+        def keys(segment):
+            return sorted(f["labels_key"] for f in store.findings.load(session, "svc", segment=segment))
+        assert keys("all") == keys("") == sorted(
+            ['{"stage":"model"}', '{"field":"a\\"segment\\":\\"eu\\""}', '{"field":"Segment"}', "{}"])
+        assert keys("eu") == ['{"segment":"eu","stage":"model"}']
+        assert len(keys(None)) == len(labels)
+
+
 # -- datetimes ---------------------------------------------------------------------------------
 
 
