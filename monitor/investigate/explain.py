@@ -102,7 +102,10 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
     cache = _cache_split(before, during)
     affected = _affected(breaches)
     evidence = _evidence(verdicts, breaches)
-    changed = _what_changed(store, service, verdicts, first, last)
+    # Per model version before and during: what changed, and what served before (to compare with).
+    served = (history.metrics(store, service, since=first - BEFORE, until=first),
+              history.metrics(store, service, since=first, until=last))
+    changed = _what_changed(store, service, verdicts, first, last, *served)
     named = _named(top_stage, affected, evidence, changed, verdicts, groups or {}, cache)
     summary = next((s for s in reversed(verdicts["summary"].tolist()) if s), "") if "summary" in verdicts else ""
     counts = verdicts["verdict"].value_counts().to_dict() if len(verdicts) else {}
@@ -111,7 +114,8 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
         incident=incident, verdict=str(inc["verdict"]), summary=summary or _fallback_summary(inc, named),
         verdicts={str(k): int(v) for k, v in counts.items()}, evidence=evidence, stages=stages,
         affected=affected, what_changed=changed,
-        next_queries=_next_queries(store, service, incident_id, version, first, last, named, stages, verdicts),
+        next_queries=_next_queries(service, incident_id, version, first, last, named, stages, verdicts,
+                                   _previous_version(served[0])),
         named=named, window=(first, last), before=(first - BEFORE, first), cache=cache, spans=(before, during))
 
 
@@ -270,10 +274,11 @@ def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, 
     return ranked(out.values(), quantile, rows or None)[:EVIDENCE_MAX]
 
 
-def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: datetime, last: datetime
-                  ) -> list[dict[str, Any]]:
+def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: datetime, last: datetime,
+                  before: pd.DataFrame, during: pd.DataFrame) -> list[dict[str, Any]]:
     """The verdicts' what_changed, versions (model, preprocessing, config...) first seen from
-    CHANGE_LOOKBACK before the incident to its end, and the cache hit rate and model versions before vs during."""
+    CHANGE_LOOKBACK before the incident to its end, and the cache hit rate and model versions `before` vs
+    `during` (metrics per model version of the two spans)."""
     out: list[dict[str, Any]] = []
     seen = set()
     for items in (verdicts["what_changed"] if len(verdicts) else []):
@@ -292,8 +297,6 @@ def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: dat
         seen.add((kind, value))
         out.append({"kind": kind, "value": value, "first_seen": query.jsonable(when),
                     "text": f"{kind} {value} first seen {when:%Y-%m-%d %H:%M} UTC"})
-    before = history.metrics(store, service, since=first - BEFORE, until=first)
-    during = history.metrics(store, service, since=first, until=last)
     versions_before, versions_during = set(before.get("model_version", [])), set(during.get("model_version", []))
     for v in sorted(versions_during - versions_before):
         if ("model_version", v) not in seen and versions_before:
@@ -367,14 +370,13 @@ def _fallback_summary(inc: dict, named: dict) -> str:
     return "; ".join(parts)
 
 
-def _previous_version(store: Store, service: str, first: datetime) -> str | None:
-    """The model version that served most requests in the BEFORE span (what to compare with)."""
-    before = history.metrics(store, service, since=first - BEFORE, until=first)
+def _previous_version(before: pd.DataFrame) -> str | None:
+    """The model version that served most requests in `before` (metrics per version of the BEFORE span)."""
     return None if before.empty else str(before.sort_values("requests", ascending=False)["model_version"].iloc[0])
 
 
-def _next_queries(store: Store, service: str, incident_id: int, version: str | None, first: datetime, last: datetime,
-                  named: dict, stages: list[dict], verdicts: pd.DataFrame) -> list[str]:
+def _next_queries(service: str, incident_id: int, version: str | None, first: datetime, last: datetime,
+                  named: dict, stages: list[dict], verdicts: pd.DataFrame, served_before: str | None) -> list[str]:
     """Commands to run next, filled in with this incident's range, version, stage and fields."""
     t0, t1 = f"{first:%Y-%m-%dT%H:%MZ}", f"{last:%Y-%m-%dT%H:%MZ}"
     span = f"--since {t0} --until {t1}"
@@ -394,7 +396,7 @@ def _next_queries(store: Store, service: str, incident_id: int, version: str | N
     out.append(f"tailwatch query metrics -s {service} --since {(first - BEFORE):%Y-%m-%dT%H:%MZ} --until {t1} "
                f"--every 15m")
     rollback = next((r for r in (verdicts["rollback_to"] if len(verdicts) else []) if r), None)
-    previous = rollback or _previous_version(store, service, first)
+    previous = rollback or served_before
     if version and previous and previous != version:
         out.append(f"tailwatch compare -s {service} --baseline {previous} --candidate {version} {span}")
     out.append(f"tailwatch query findings -s {service} {span} --status breach --group-by check,model_version")
