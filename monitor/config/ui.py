@@ -30,8 +30,14 @@ class Ui(StrictModel):
         return value
 
 
+def page_url(cfg, path: str) -> str | None:
+    """The page at `path` (`/incidents/7`) as people reach it, on `<ui.external_url>` of the Config `cfg`;
+    None when external_url is not set."""
+    base = cfg.ui.external_url
+    return None if base is None else f"{base.rstrip('/')}{path}"
+
+
 def incident_url(cfg, incident: Mapping[str, Any]) -> str | None:
     """The incident page's address as people reach it, `<ui.external_url>/incidents/<id>` of the Config
     `cfg`; None when external_url is not set (what a notification's "View incident" button opens)."""
-    base = cfg.ui.external_url
-    return None if base is None else f"{base.rstrip('/')}/incidents/{int(incident['id'])}"
+    return page_url(cfg, f"/incidents/{int(incident['id'])}")
