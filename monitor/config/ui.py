@@ -18,7 +18,8 @@ class Ui(StrictModel):
     enabled: bool = False  # served by `tailwatch ui`; the flag says the deployment runs it
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
-    # The pages' address as people reach them (behind a proxy): incident links in notifications are built on it.
+    # The pages' address as people reach them (behind a proxy): incident links in notifications, and the
+    # links of a saved report, are built on it.
     external_url: str | None = None
     silence_token: Secret | None = None
 
