@@ -150,3 +150,32 @@ def test_report_opens_in_chromium_without_errors_and_draws_the_charts(report_htm
         rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)])
         close = (np.abs(shot - rgb).sum(axis=2) < 40).sum()
         assert close > 300, (color, close)
+
+
+def test_text_from_the_logs_runs_nothing_in_the_file():
+    """Every value from the logs in a saved page is escaped, in the page, the figures' JSON, the findings
+    table and Evidently's embedded page: the only scripts that run are plotly.js and the page script."""
+    from datetime import UTC, datetime, timedelta
+
+    from monitor.ui import figures, pages
+
+    hostile = '</script><script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+    at = datetime(2026, 11, 2, tzinfo=UTC)
+    figure = figures.drift(pd.DataFrame({"check": ["drift"], "value": [0.2], "labels": [{"field": hostile}],
+                                         "window_start": [at], "window_end": [at + timedelta(minutes=15)]}), [])
+    context = {"service": hostile, "since": at, "until": at + timedelta(hours=1), "step": timedelta(minutes=5),
+               "span": "24h", "spans": ["24h", "7d"], "charts": {"drift": figure},
+               "incidents": [{"id": 1, "verdict": hostile, "status": "open", "onset": at}],
+               "services": [hostile], "writable": False,
+               "saved": {"page": "service.html", "at": at, "breaches": {"columns": ["check"], "rows": [[hostile]],
+                                                                        "total": 1},
+                         "evidently": f"<html><body>{hostile}</body></html>", "note": hostile, "linked": False}}
+    for url in (pages.served, lambda path: EXTERNAL.rstrip("/") + path, lambda path: None):
+        html = pages.render("report.html", context, inline=True, url=url)
+        assert hostile not in html and "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in html
+        tags = Tags(html)
+        assert not [t for t, _ in tags.tags if t == "img"]
+        assert not [(t, a) for t, a in tags.tags if any(k.startswith("on") for k in a)]
+        run = [a for t, a in tags.tags if t == "script" and a.get("type") != "application/json"]
+        assert run == [{}, {}], run  # plotly.js and ui.js, inline
+        assert json.loads(tags.json["drift-json"])["data"][0]["name"] == hostile
