@@ -314,19 +314,22 @@ def _comparison(frame, baseline: str, candidate: str, title: str) -> Table:
 
 def report_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML.")] = Path("report.html"),
-    incident: Annotated[int | None, typer.Option(help="Report on this incident's windows.")] = None,
+    incident: Annotated[int | None, typer.Option(help="Save this incident's page (its own range).")] = None,
     service: Service = None, since: Since = None, until: Until = None,
     evidently: Annotated[bool, typer.Option(help="Embed Evidently's drift report (needs the raw logs).")] = True,
     fmt: Format = "table",
 ) -> None:
-    """Write a self-contained HTML report: latency per stage over time, quality, drift, Evidently
-    (`--format` applies to the line saying what was written)."""
-    from monitor.investigate.report import build_report
+    """Save a page of the web UI as one self-contained HTML file: the incident page, or the service overview
+    for a range (default: the last 24 h), with Evidently's drift report (`--format` applies to the line
+    saying what was written)."""
+    from monitor.ui.report import build_report
 
     cfg, svc, store = _setup(service)
+    if incident is not None and (since is not None or until is not None):
+        fail("--incident: the page covers the incident's own range; leave out --since and --until")
     start, end = parse_range(since, until, default=None if incident is not None else DEFAULT_RANGE)
     with progress("report") as observe:
-        html = _run(lambda: build_report(store, svc, cfg.limits, since=start, until=end, incident_id=incident,
+        html = _run(lambda: build_report(cfg, store, svc, since=start, until=end, incident_id=incident,
                                          evidently=evidently, observe=observe))
     output.write_text(html, encoding="utf-8")
     record = {"wrote": str(output), "bytes": len(html.encode()), "service": svc.name, "since": start, "until": end,

@@ -44,7 +44,7 @@ from monitor.config.service import (
     SqlSource,
     Timestamps,
 )
-from monitor.config.ui import Ui, incident_url
+from monitor.config.ui import Ui, incident_url, page_url
 from monitor.durations import parse_duration
 
 __all__ = [
@@ -53,6 +53,6 @@ __all__ = [
     "Limits", "MetricsExport",
     "NoDataAlerts", "Quality", "QualityRule", "QuerySql", "Reference", "Retention", "Secret", "Service",
     "Shape", "Slack", "SlackRoute", "SloRule", "Source", "Sources", "SqlSource", "Storage", "Tier", "Timestamps", "Ui",
-    "VerdictAlerts", "check_cron", "example", "expression_columns", "incident_url", "load", "load_storage", "parse",
-    "parse_duration",
+    "VerdictAlerts", "check_cron", "example", "expression_columns", "incident_url", "load", "load_storage",
+    "page_url", "parse", "parse_duration",
 ]

@@ -18,7 +18,8 @@ class Ui(StrictModel):
     enabled: bool = False  # served by `tailwatch ui`; the flag says the deployment runs it
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
-    # The pages' address as people reach them (behind a proxy): incident links in notifications are built on it.
+    # The pages' address as people reach them (behind a proxy): incident links in notifications, and the
+    # links of a saved report, are built on it.
     external_url: str | None = None
     silence_token: Secret | None = None
 
@@ -30,8 +31,14 @@ class Ui(StrictModel):
         return value
 
 
+def page_url(cfg, path: str) -> str | None:
+    """The page at `path` (`/incidents/7`) as people reach it, on `<ui.external_url>` of the Config `cfg`;
+    None when external_url is not set."""
+    base = cfg.ui.external_url
+    return None if base is None else f"{base.rstrip('/')}{path}"
+
+
 def incident_url(cfg, incident: Mapping[str, Any]) -> str | None:
     """The incident page's address as people reach it, `<ui.external_url>/incidents/<id>` of the Config
     `cfg`; None when external_url is not set (what a notification's "View incident" button opens)."""
-    base = cfg.ui.external_url
-    return None if base is None else f"{base.rstrip('/')}/incidents/{int(incident['id'])}"
+    return page_url(cfg, f"/incidents/{int(incident['id'])}")

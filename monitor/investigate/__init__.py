@@ -1,1 +1,1 @@
-"""Investigation tools over stored results and raw logs: drill-down, compare, report, explain."""
+"""Investigation tools over stored results and raw logs: drill-down, compare, explain."""

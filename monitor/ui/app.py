@@ -6,13 +6,10 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import pandas as pd
-import plotly
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -22,14 +19,10 @@ from starlette.routing import Route
 from monitor.alerts.silence import parse_matcher
 from monitor.config import Config, parse_duration
 from monitor.investigate.query import QueryError
-from monitor.ui import views
+from monitor.ui import pages, views
 from monitor.ui.cache import PageCache
 from storage.store import Store
 
-HERE = Path(__file__).parent
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-STATIC = {"ui.css": (HERE / "static" / "ui.css", "text/css"), "ui.js": (HERE / "static" / "ui.js", "text/javascript"),
-          "plotly.min.js": (PLOTLY_JS, "text/javascript")}
 # Scripts and styles from this server only (plotly.js sets inline styles on the elements it draws).
 HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                                       "img-src 'self' data:; frame-ancestors 'none'",
@@ -39,41 +32,16 @@ FORM_MAX = 16 * 1024  # bytes of a posted form
 CACHE_SECONDS = 30.0  # how long a computed incident or service page is reused while no tick ran
 
 
-def _utc(value: Any, seconds: bool = False) -> str:
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return "-"
-    return f"{pd.Timestamp(value).tz_convert('UTC'):%Y-%m-%d %H:%M{':%S' if seconds else ''}} UTC"
-
-
-def _num(value: Any, unit: str = "", digits: int = 3) -> str:
-    if value is None or isinstance(value, float) and pd.isna(value):
-        return "-"
-    if isinstance(value, int | float):
-        return f"{value:.{digits}g}{' ' + unit if unit else ''}"
-    return str(value)
-
-
-def _pct(value: Any) -> str:
-    return "-" if value is None or pd.isna(value) else f"{100 * value:.1f} %"
-
-
-def environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    env.filters.update(utc=_utc, num=_num, pct=_pct)
-    return env
-
-
 def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                cache_seconds: float = CACHE_SECONDS) -> Starlette:
     """The pages over `store`; `clock` is the wall clock (pages read each service's last tick as its now);
     the incident and service pages are kept `cache_seconds` while their service ticks no further."""
-    env = environment()
     cache = PageCache(cache_seconds)
     token = cfg.ui.silence_token.resolve() if cfg.ui.silence_token is not None else None
 
     def page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
-        html = env.get_template(name).render(request=request, services=[s.name for s in cfg.services],
-                                             writable=token is not None, **context)
+        html = pages.render(name, {"services": [s.name for s in cfg.services], "writable": token is not None,
+                                   **context})
         return HTMLResponse(html, status_code=status, headers=HEADERS)
 
     def run(build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -143,9 +111,9 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
 
     def static(request: Request) -> Response:
         name = request.path_params["name"]
-        if name not in STATIC:
+        if name not in pages.STATIC:
             raise HTTPException(404, "no such file")
-        path, media = STATIC[name]
+        path, media = pages.STATIC[name]
         return FileResponse(path, media_type=media, headers={"Cache-Control": "max-age=3600"})
 
     async def error(request: Request, exc: HTTPException) -> Response:

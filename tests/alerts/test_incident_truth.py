@@ -358,11 +358,17 @@ def test_tailwatch_alerts_says_why_an_alert_resolved(tmp_path):
     assert alert["summary"].startswith("resolved (fixed: healthy for 2 windows against the pre-incident baseline)")
 
 
-def test_explain_and_the_report_start_at_the_onset(open_store, tmp_path, monkeypatch):
+def test_explain_and_the_report_start_at_the_onset(open_store, tmp_path):
     """After a backlog, `tailwatch explain` takes "before" from the hours before the onset (12:30), not
-    before the window that fired, and the report shades from the onset."""
-    from monitor.investigate import report
+    before the window that fired, and the report (the incident page) shades its windows from the onset and
+    marks the onset there."""
+    import json
+    import re
+
+    import pandas as pd
+
     from monitor.investigate.explain import BEFORE, explain
+    from monitor.ui.report import build_report
 
     config = make_config(tmp_path, alerts={"group_wait": "0s"})
     write(open_store(), RUN)
@@ -372,12 +378,13 @@ def test_explain_and_the_report_start_at_the_onset(open_store, tmp_path, monkeyp
     onset = T0 + 2 * W
     got = explain(store, "churn", inc["id"], now=at(6))
     assert got.window[0] == onset and got.before == (onset - BEFORE, onset)
-    shaded = []
-    monkeypatch.setattr(report, "_mark", lambda ax, marked: shaded.append(marked))
-    page = report.build_report(store, config.services[0], config.limits, incident_id=inc["id"], evidently=False,
-                               now=at(6))
-    assert "windows 2026-11-02 12:30 .. 2026-11-02 13:30 UTC (shaded)" in page
-    assert shaded and {m[0] for m in shaded if m} == {onset}
+    page = build_report(config, store, config.services[0], incident_id=inc["id"], evidently=False, now=at(6))
+    assert '<dd id="onset">2026-11-02 12:30 UTC</dd>' in page and "<dd>2026-11-02 13:30 UTC</dd>" in page
+    found = re.search(r'<script type="application/json" id="timeline-json">(.*?)</script>', page, flags=re.S)
+    shapes = json.loads(found.group(1))["layout"]["shapes"]
+    shaded = [(pd.Timestamp(s["x0"]), pd.Timestamp(s["x1"])) for s in shapes if s.get("name") == "incident"]
+    assert shaded == [(onset, T0 + 6 * W)]
+    assert [pd.Timestamp(s["x0"]) for s in shapes if s.get("name") == "onset"] == [onset]
 
 
 def test_the_resolve_message_escapes_the_version_it_names():

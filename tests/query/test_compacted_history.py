@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -160,4 +161,10 @@ def test_cli_query_metrics_compare_and_report_after_compaction(tmp_path):
     out = tmp_path / "report.html"
     res = cli("report", "--incident", str(incident_id), "-o", str(out), "--no-evidently")
     assert res.exit_code == 0, res.output
-    assert 'alt="Traffic and failures"' in out.read_text()
+    html = out.read_text()
+    # The incident page's charts, drawn from the hourly buckets before BOUNDARY and the 5-minute ones after.
+    found = re.search(r'<script type="application/json" id="timeline-json">(.*?)</script>', html, flags=re.S)
+    total = next(t for t in json.loads(found.group(1))["data"] if t["name"] == "total")
+    drawn = [pd.Timestamp(x) for x, y in zip(total["x"], total["y"], strict=True) if y is not None]
+    assert min(drawn) < BOUNDARY - timedelta(hours=1) and max(drawn) > BOUNDARY + timedelta(hours=1)
+    assert 'id="failures-json"' in html and 'id="stages-json"' in html

@@ -91,6 +91,7 @@ def cli_config(scenario_run, tmp_path_factory):
     for kind in ("predictions", "timings"):
         raw["services"][0]["sources"][kind]["path"] = str(scenario_run["root"] / "logs" / kind)
     raw["services"][0]["reference"]["path"] = str(scenario_run["root"] / "generated" / "reference.parquet")
+    raw["ui"] = {"external_url": "https://tailwatch.example.org/ui/"}  # where a saved report's links point
     (work / "tailwatch.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     store = Store(raw["storage"]["url"])
     try:
@@ -167,7 +168,12 @@ def test_cli_logs_compare_explain_report(cli_config):
     out = work / "report.html"
     res = cli(config, "report", "--incident", str(incident_id), "-o", str(out), "--no-evidently")
     assert res.exit_code == 0, res.output
-    assert 'alt="Latency per stage"' in out.read_text() and "incident" in out.read_text()
+    html = out.read_text()
+    # The incident page, its links to the served UI (ui.external_url): the slowest requests, as in the UI.
+    assert f"Incident #{incident_id} · churn" in html and 'id="timeline-json"' in html
+    assert f'href="https://tailwatch.example.org/ui/incidents/{incident_id}/requests?stage=' in html
+    res = cli(config, "report", "--incident", str(incident_id), "--since", "2h", "-o", str(out))
+    assert res.exit_code == 2 and "--incident" in res.output
 
 
 def narrow(config, *args):
