@@ -1,15 +1,17 @@
-"""Page times of the web UI on a month of history against a day of it:
+"""Page times of the web UI on a month of history against a day (and a week) of it:
 `python bench/ui.py [--days 30] [--versions 3] [--clients 50] [--rounds 1]`.
 
-Two stores are filled the way bench/query.py fills one (a real 2-hour `healthy` run's 5-minute partials and
-window findings copied onto every bucket and window of the span, per version), one with `--days` of
-history and one with a day, both ending at the same time, each with one incident over the last two hours.
+Stores are filled the way bench/query.py fills one (a real 2-hour `healthy` run's 5-minute partials and
+window findings copied onto every bucket and window of the span, per version), one with a day of history,
+one with a week and one with `--days`, all ending at the same time, each with one incident over the last two
+hours, then compacted as the daemon's retention would (default tiers: hourly partials after 14 days).
 Each is served by uvicorn on 127.0.0.1 in this process (one worker, as `tailwatch ui` runs): each page
 alone, 3 times (median), then `--clients` concurrent clients fetching the pages in turn for `--rounds`
-rounds, first without the page cache and then with it, starting empty (as deployed after a tick). Times are the server's to the last
-byte of the HTML (the browser's drawing of the charts is not in them). Prints one JSON object: per store,
-each page's time alone and the p50 / p95 / max of the concurrent loads; and the month / day ratios. The slowest-requests page reads the raw log files, not the
-store, and is left out.
+rounds, first without the page cache and then with it, starting empty (as deployed after a tick). Times
+are the server's to the last byte of the HTML (the browser's drawing of the charts is not in them). Prints
+one JSON object: per store, each page's time alone and the p50 / p95 / max of the concurrent loads; and
+the ratios of the same page on the month against the shortest history that fills it (a day; a week for
+the 7-day overview). The slowest-requests page reads the raw log files, not the store, and is left out.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui")]
 from query import fill, seed_store  # noqa: E402  (bench/query.py)
 from ui_support import Served  # noqa: E402  (tests/ui/ui_support.py)
 
+FILLED_BY = {"/services/churn?span=7d": "week"}  # the shortest stored history a page's span is full on
 PAGES = ("/", "/incidents/{incident}", "/services/churn", "/services/churn?span=7d", "/services/churn/quarantine",
          "/silences")
 
@@ -95,6 +98,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
 
+    from monitor.daemon import retention
     from storage.store import Store
 
     end = datetime(2026, 12, 1, tzinfo=UTC)
@@ -102,20 +106,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tailwatch-bench-ui-") as tmp:
         work = Path(tmp)
         cfg, seed = seed_store(work / "seed")
-        for name, days in (("day", 1), ("month", args.days)):
+        for name, days in (("day", 1), ("week", 7), ("month", args.days)):
             store = Store(f"sqlite:///{work / f'{name}.db'}")
             store.upgrade()
             counts = fill(seed, store, days, args.versions, end)
+            retention.apply(cfg, store, end)
             incident = add_incident(store, end)
             out[name] = {**counts, **measure(cfg, store, end, incident, args.clients, args.rounds)}
             print(name, json.dumps(out[name]), flush=True)
             store.dispose()
         seed.dispose()
     day, month = out["day"], out["month"]
-    out["ratio"] = {**{f"p95 {name}": round(month[name]["p95_seconds"] / day[name]["p95_seconds"], 2)
-                       for name in ("uncached", "cached")},
-                    **{page: round(month["alone_seconds"][page] / day["alone_seconds"][page], 2)
-                       for page in day["alone_seconds"]}}
+    out["ratio"] = {**{f"p95 {name} vs {short}": round(month[name]["p95_seconds"] / out[short][name]["p95_seconds"], 2)
+                       for name in ("uncached", "cached") for short in ("day", "week")},
+                    **{page: round(month["alone_seconds"][page] / out[FILLED_BY.get(page, "day")]["alone_seconds"][page],
+                                   2) for page in day["alone_seconds"]}}
     print(json.dumps(out, indent=2))
 
 

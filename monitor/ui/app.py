@@ -39,7 +39,7 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
     cache = PageCache(cache_seconds)
     token = cfg.ui.silence_token.resolve() if cfg.ui.silence_token is not None else None
 
-    def page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
+    def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = pages.render(name, {"services": [s.name for s in cfg.services], "writable": token is not None,
                                    **context})
         return HTMLResponse(html, status_code=status, headers=HEADERS)
@@ -57,17 +57,17 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
         filters = views.Filters(**{k: q.get(k) or None for k in ("service", "version", "verdict", "severity",
                                                                    "status")})
         rows = run(lambda: {"rows": views.incident_list(cfg, store, filters, clock())})["rows"]
-        return page("incidents.html", request, rows=rows, filters=filters)
+        return page("incidents.html", rows=rows, filters=filters)
 
     def incident(request: Request) -> Response:
         incident_id = request.path_params["incident_id"]
         context = run(lambda: cache.get(("incident", incident_id, views.data_version(store, cfg, incident_id)),
                                         lambda: views.incident(cfg, store, incident_id, clock())))
-        return page("incident.html", request, **context)
+        return page("incident.html", **context)
 
     def slowest(request: Request) -> Response:
         incident_id, stage = request.path_params["incident_id"], request.query_params.get("stage") or None
-        return page("requests.html", request,
+        return page("requests.html",
                     **run(lambda: views.requests(cfg, store, incident_id, clock(), stage=stage)))
 
     def overview(request: Request) -> Response:
@@ -77,14 +77,14 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
         context = run(lambda: cache.get(("service", service, span, since, until,
                                          views.data_version(store, cfg, service=service)),
                                         lambda: views.overview(cfg, store, service, clock(), span, since, until)))
-        return page("service.html", request, **context)
+        return page("service.html", **context)
 
     def quarantine(request: Request) -> Response:
-        return page("quarantine.html", request,
+        return page("quarantine.html",
                     **run(lambda: views.quarantine(cfg, store, request.path_params["service"], clock())))
 
     def silences(request: Request) -> Response:
-        return page("silences.html", request, rows=views.silences(store, clock()), now=clock())
+        return page("silences.html", rows=views.silences(store, clock()), now=clock())
 
     async def silence_write(request: Request) -> Response:
         body = await request.body()
@@ -117,7 +117,7 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
         return FileResponse(path, media_type=media, headers={"Cache-Control": "max-age=3600"})
 
     async def error(request: Request, exc: HTTPException) -> Response:
-        return page("error.html", request, status=exc.status_code, status_code=exc.status_code, detail=exc.detail)
+        return page("error.html", status=exc.status_code, status_code=exc.status_code, detail=exc.detail)
 
     routes = [Route("/", incidents), Route("/incidents/{incident_id:int}", incident),
               Route("/incidents/{incident_id:int}/requests", slowest),
