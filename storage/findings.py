@@ -104,13 +104,14 @@ class Findings(Repository):
         query = query.where(*given((FindingRow.check, check),
                                    (FindingRow.model_version, model_version),
                                    (FindingRow.status, status)))
+        all_traffic = segment in ("", "all")
+        if segment is not None and not all_traffic:
+            labels = {**(labels or {}), "segment": segment}
         for key, value in (labels or {}).items():
             query = query.where(FindingRow.labels_key.contains(dumps({key: value})[1:-1], autoescape=True))
-        if segment in ("", "all"):
+        if all_traffic:
             # A page of all traffic reads a fraction of the rows when segments are configured.
             query = query.where(~FindingRow.labels_key.contains('"segment":', autoescape=True))
-        elif segment is not None:
-            query = query.where(FindingRow.labels_key.contains(dumps({"segment": segment})[1:-1], autoescape=True))
         query = query.order_by(
             FindingRow.window_start, FindingRow.window_end, FindingRow.check, FindingRow.model_version,
             FindingRow.labels_key,
