@@ -62,6 +62,7 @@ class Explanation:
     named: dict[str, Any] = field(default_factory=dict)
     window: tuple[datetime, datetime] | None = None
     before: tuple[datetime, datetime] | None = None
+    requests: tuple[int, int] | None = None  # requests before and during, the stages' sample sizes
     cache: dict[str, Any] | None = None
     # The merged partials before and during (None: no rows) the figures above come from, for a caller that
     # draws them; not part of the answer (as_dict leaves them out).
@@ -99,6 +100,7 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
              history.merged_partials(store, service, since=first, until=last, model_version=version, group_by=())]
     before, during = (span[0][1] if span else None for span in spans)
     stages, top_stage = _stages(before, during)
+    requests = (int(before.rows), int(during.rows)) if stages else None
     cache = _cache_split(before, during)
     affected = _affected(breaches)
     evidence = _evidence(verdicts, breaches)
@@ -116,7 +118,8 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
         affected=affected, what_changed=changed,
         next_queries=_next_queries(service, incident_id, version, first, last, named, stages, verdicts,
                                    _previous_version(served[0])),
-        named=named, window=(first, last), before=(first - BEFORE, first), cache=cache, spans=(before, during))
+        named=named, window=(first, last), before=(first - BEFORE, first), requests=requests, cache=cache,
+        spans=(before, during))
 
 
 def _label_findings(store: Store, service: str, version: str | None, first: datetime, last: datetime
@@ -173,7 +176,6 @@ def _stages(before: Partial | None, during: Partial | None) -> tuple[list[dict[s
               and total["p95_during"] - total["p95_before"] >= SLOWER_MIN_MS)
     # A stage is named only when the whole request got slower: otherwise its share is a share of noise.
     top = max(gains, key=gains.get) if total_gain > 0 and slower else None
-    rows.append({"stage": "(requests)", "p50_before": int(b["requests"]), "p50_during": int(d["requests"])})
     return rows, top
 
 
@@ -432,13 +434,16 @@ def render(result: Explanation, console: Console) -> None:
     if result.evidence:
         worded = pd.DataFrame([{**parts(e), "windows": e.get("windows")} for e in result.evidence])
         console.print(table(worded, "evidence, strongest first (effect size across checks)",
-                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"]))
+                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"],
+                            width=console.width, every="--format json"))
     if result.stages:
         console.print(table(pd.DataFrame(result.stages),
-                            f"latency per stage (ms): before = {result.before[0]:%H:%M}-{result.before[1]:%H:%M}, "
-                            "during = the incident's windows",
-                            ["stage", "p50_before", "p50_during", "p95_before", "p95_during", "p99_before",
-                             "p99_during", "p95_change_ms", "share_of_increase"]))
+                            f"latency per stage (ms): before = {result.before[0]:%H:%M}-{result.before[1]:%H:%M} "
+                            f"({result.requests[0]:,} requests), during = the incident's windows "
+                            f"({result.requests[1]:,} requests)",
+                            # p95 first: the verdict's figure, and what stays at 80 columns.
+                            ["stage", "p95_before", "p95_during", "p95_change_ms", "share_of_increase",
+                             "p50_before", "p50_during", "p99_before", "p99_during"], width=console.width, every="--format json"))
     if result.cache:
         c = result.cache
         console.print(table(pd.DataFrame(c["stages"]),
@@ -446,7 +451,8 @@ def render(result: Explanation, console: Console) -> None:
                             f"before, {c['miss_share_during']:.1%} during; of the {c['mean_ms_during'] - c['mean_ms_before']:+.2f} ms "
                             f"mean change, more misses add {c['from_misses_ms']:+.2f} ms and slower requests "
                             f"{c['from_slower_requests_ms']:+.2f} ms",
-                            ["stage", "hit_ms", "miss_ms", "hit_ms_during", "miss_ms_during", "from_misses_ms"]))
+                            ["stage", "hit_ms", "miss_ms", "hit_ms_during", "miss_ms_during", "from_misses_ms"],
+                            width=console.width, every="--format json"))
     # The affected parts not in the evidence already: a section never repeats another.
     cited = {(e["check"], _key(e.get("labels"))) for e in result.evidence}
     affected = [{**parts({**a, "interval_low": (a.get("interval") or [None, None])[0],
@@ -454,11 +460,13 @@ def render(result: Explanation, console: Console) -> None:
                 for a in result.affected if (a["check"], _key(a.get("labels"))) not in cited]
     if affected:
         console.print(table(pd.DataFrame(affected), "also affected: segments, classes, groups and fields",
-                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"]))
+                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"],
+                            width=console.width, every="--format json"))
     if result.what_changed:
         console.print("[bold]what changed[/]")
         for c in result.what_changed:
             console.print(f"  - {c.get('text') or c}")
     console.print("[bold]next queries[/]")
     for line in result.next_queries:
-        console.print(f"  $ {line}", highlight=False, markup=False)
+        # One line each however narrow the terminal: a command is copied whole.
+        console.print(f"  $ {line}", highlight=False, markup=False, soft_wrap=True)

@@ -155,12 +155,12 @@ def whole(name: str) -> bool:
 
 
 def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | None = None,
-          width: int | None = None) -> Table:
+          width: int | None = None, every: str = "--format csv") -> Table:
     """`frame` as a rich table of `columns` (default: all). Ids, names and times are never wrapped nor cut,
     numbers never wrapped, other text folds; of a command's own pick of `columns`, those empty in every row
     are left out (the columns of a user's own SQL are all kept). Narrower than the table needs (`width`
     characters), the last columns are left out (columns come most telling first) and the caption names
-    them: what is shown is never cut."""
+    them and the option (`every`) that prints every column: what is shown is never cut."""
     names = [c for c in (columns or list(frame.columns)) if c in frame.columns]
     if columns is not None:
         # A column with no value in any row only takes width from the ones that say something.
@@ -190,7 +190,7 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
         # Plain text: a value from the logs ("[bold]...") is shown as written, never read as markup.
         out.add_row(*(Text(cells[name][i]) for name in shown))
     if left_out:
-        out.caption = f"left out at this width: {', '.join(map(str, left_out))} (--format csv has every column)"
+        out.caption = f"left out at this width: {', '.join(map(str, left_out))} ({every} has every column)"
     return out
 
 

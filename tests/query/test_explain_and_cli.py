@@ -72,7 +72,7 @@ def test_query_verdicts_incidents_and_explain(filled, scenario_run):
     during = history.metrics(filled, "churn", since=result.window[0], until=result.window[1], model_version="v2",
                        group_by=())
     assert stages["batch_wait"]["p95_during"] == pytest.approx(during["batch_wait_p95_ms"].iloc[0])
-    assert stages["(requests)"]["p50_during"] == during["requests"].iloc[0]
+    assert result.requests[1] == during["requests"].iloc[0] and "(requests)" not in stages
     assert any("--candidate v2" in line and "--baseline v1" in line for line in result.next_queries)
     assert any(line.startswith("tailwatch report") for line in result.next_queries)
     with pytest.raises(q.QueryError, match="no incident"):
@@ -197,6 +197,27 @@ def test_tables_fit_80_columns_without_cutting_what_is_copied(cli_config):
     header = next(line for line in lines if line.startswith("┃"))
     assert all(name in header for name in ("id", "created_at", "reason", "field", "source")), header
     assert min(len(part) for part in header.strip("┃").split("┃")) >= 4, header
+
+
+def test_explain_fits_80_columns_stage_names_and_commands_whole(cli_config):
+    config, incident_id, _ = cli_config
+    result = json.loads(cli(config, "explain", str(incident_id), "--format", "json").stdout)
+    shown = narrow(config, "explain", str(incident_id))
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines if line[:1] in "┏┃┡│└")
+    # Every stage named in its own cell, the p95 figures beside it; what did not fit is named.
+    at = next(i for i, line in enumerate(lines) if line.startswith("┃") and "p95_before" in line)
+    assert [h.strip() for h in lines[at].strip("┃").split("┃")][:3] == ["stage", "p95_before", "p95_during"]
+    end = next(i for i in range(at, len(lines)) if lines[i].startswith("└"))
+    rows = [line.split("│")[1].strip() for line in lines[at + 2:end]]
+    assert rows == [r["stage"] for r in result["stages"]] and "(requests)" not in shown.stdout
+    assert "--format json has every column" in shown.stdout
+    before, during = result["requests"]
+    assert f"({before:,} requests)" in shown.stdout and f"({during:,} requests)" in " ".join(lines)
+    # Each next query on one line, as it is copied.
+    for query in result["next_queries"]:
+        assert f"  $ {query}" in lines, query
 
 
 def test_compare_shows_difference_and_ratio_with_units(cli_config):
