@@ -99,6 +99,7 @@ def reference_build(
     if fmt != "table":
         render(built, fmt, lambda: None)
         return
-    out.print(table)
+    if table.row_count:  # no reference configured: the skipped line says so, an empty table says nothing
+        out.print(table)
     if concerns.row_count:
         out.print(concerns)

@@ -255,3 +255,10 @@ def test_alerts_table_lists_the_most_severe_first_then_the_newest():
                alert("resolved", "resolved", "page", 7)]
     assert [r["name"] for r in sorted(records, key=_severity)] == ["new-page", "old-page", "warn", "pending-page",
                                                                    "resolved"]
+
+
+def test_reference_build_without_a_reference_says_so_and_draws_no_empty_table(workdir, monkeypatch):
+    built = _invoke("reference", "build", cwd=workdir, monkeypatch=monkeypatch)
+    assert built.exit_code == 0, built.output
+    assert "skipped: service churn has no reference configured" in built.output
+    assert "reference profiles" not in built.output
