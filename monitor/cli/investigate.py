@@ -99,8 +99,12 @@ def query_findings(
     if group_by:
         emit(q.group_findings(frame, split_list(group_by)), fmt, out, title=f"findings of {svc.name} by {group_by}")
         return
+    if fmt == "table" and len(frame):
+        # Windows of several lengths start at the same time: the length tells their rows apart.
+        frame = frame.assign(window=[duration_text(e - s) for s, e in zip(frame["window_start"], frame["window_end"],
+                                                                         strict=True)])
     emit(frame, fmt, out, title=f"findings of {svc.name}", json_records=q.finding_records,
-         columns=["window_start", "check", "labels", "status", "value", "baseline", "model_version", "n",
+         columns=["window_start", "window", "check", "labels", "status", "value", "baseline", "model_version", "n",
                   "window_end", "interval_low", "interval_high"], severity=("status", q.STATUS_RANK))
 
 

@@ -134,7 +134,7 @@ def cell(value: Any, whole: bool = False) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     if isinstance(value, dict):
-        text = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        text = ", ".join(f"{k}={v}" for k, v in sorted(value.items()))  # a space: wraps between labels
     elif isinstance(value, list):
         text = json.dumps(value, separators=(",", ":"), default=str)
     else:
@@ -144,8 +144,9 @@ def cell(value: Any, whole: bool = False) -> str:
 
 # Columns whose cells are copied into other commands: shown whole on one line, never folded.
 WHOLE = ("id", "fingerprint", "model_version", "check", "status", "verdict", "kind", "reason", "field", "source",
-         "metric")
+         "metric", "window")
 MIN_WIDTH = 8  # a folded column keeps at least this many characters a line (or its header's)
+MAX_WORD = 24  # ... and its longest word up to this many, so it folds between words (labels: k=v each)
 
 
 def whole(name: str) -> bool:
@@ -171,9 +172,11 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
         kinds[name] = "whole" if whole(str(name)) else "number" if numeric else "text"
     cells = {name: [cell(v, kinds[name] == "whole") for v in frame[name]] for name in names}
+    least = {name: min(MAX_WORD, max([MIN_WIDTH, *(len(w) for c in cells[name] for w in c.split())]))
+             for name in names if kinds[name] == "text"}
 
     def needs(shown: list[str]) -> int:  # the narrowest the table can be: borders, padding, columns
-        return 1 + sum(3 + (MIN_WIDTH if kinds[n] == "text" else max(len(str(n)), *map(len, cells[n] or [""])))
+        return 1 + sum(3 + (least[n] if kinds[n] == "text" else max(len(str(n)), *map(len, cells[n] or [""])))
                        for n in shown)
 
     shown, left_out = list(names), []
@@ -183,7 +186,7 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
     for name in shown:
         justify = "right" if kinds[name] == "number" else "left"
         if kinds[name] == "text":
-            out.add_column(str(name), justify=justify, overflow="fold", min_width=MIN_WIDTH)
+            out.add_column(str(name), justify=justify, overflow="fold", min_width=least[name])
         else:
             out.add_column(str(name), justify=justify, no_wrap=True)
     for i in range(len(frame)):

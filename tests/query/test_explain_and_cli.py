@@ -199,6 +199,27 @@ def test_tables_fit_80_columns_without_cutting_what_is_copied(cli_config):
     assert min(len(part) for part in header.strip("┃").split("┃")) >= 4, header
 
 
+def test_findings_at_80_columns_name_each_window_length_and_keep_each_label_whole(cli_config):
+    config, _, _ = cli_config
+    span = ("--since", "2026-11-02T00:00:00Z", "--until", "2026-11-02T02:00:00Z", "--check", "latency")
+    rows = json.loads(cli(config, "query", "findings", *span, "--format", "json").stdout)
+    shown = narrow(config, "query", "findings", *span)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    header = [h.strip() for h in next(line for line in lines if line.startswith("┃")).strip("┃").split("┃")]
+    assert header[:4] == ["window_start", "window", "check", "labels"]
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in lines if line.startswith("│")]
+    lengths = {pd.Timestamp(r["window_end"]) - pd.Timestamp(r["window_start"]) for r in rows}
+    assert len(lengths) > 1  # windows of several lengths start at the same times
+    assert {c[1] for c in cells if c[1]} == {f"{int(d.total_seconds() // 60)}m" if d < pd.Timedelta("1h")
+                                             else f"{int(d.total_seconds() // 3600)}h" for d in lengths}
+    # A label folds between labels, never inside one: every k=v on one line.
+    text = " ".join(c[3] for c in cells)
+    for r in rows:
+        for key, value in r["labels"].items():
+            assert f"{key}={value}" in text, (key, value)
+
+
 def test_explain_fits_80_columns_stage_names_and_commands_whole(cli_config):
     config, incident_id, _ = cli_config
     result = json.loads(cli(config, "explain", str(incident_id), "--format", "json").stdout)
