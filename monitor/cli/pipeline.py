@@ -78,7 +78,10 @@ def tick_record(report) -> dict:
 
 def print_report(report, console: Console = out) -> None:
     """A tick's report as a table a person reads in ten seconds."""
-    table = Table(title=f"tick {report.now}  service {report.service}  [{report.status}]", show_header=False)
+    # Plain text: "[ok]" as markup is a style and vanished, and a service's name is the user's.
+    now = pd.Timestamp(report.now).tz_convert("UTC")
+    table = Table(title=Text(f"tick {now:%Y-%m-%d %H:%M:%S} UTC · service {report.service} · {report.status}"),
+                  show_header=False)
     table.add_column("what", style="bold")
     table.add_column("rows", justify="right")
     for kind in sorted(report.read):

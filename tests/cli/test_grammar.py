@@ -262,3 +262,9 @@ def test_reference_build_without_a_reference_says_so_and_draws_no_empty_table(wo
     assert built.exit_code == 0, built.output
     assert "skipped: service churn has no reference configured" in built.output
     assert "reference profiles" not in built.output
+
+
+def test_tick_table_title_shows_the_time_service_and_status(workdir, monkeypatch):
+    ticked = _invoke("tick", *NOW, cwd=workdir, monkeypatch=monkeypatch)
+    assert ticked.exit_code == 0, ticked.output
+    assert "tick 2026-11-02 12:00:00 UTC · service churn · ok" in ticked.stdout
