@@ -80,7 +80,8 @@ def print_report(report, console: Console = out) -> None:
     """A tick's report as a table a person reads in ten seconds."""
     # Plain text: "[ok]" as markup is a style and vanished, and a service's name is the user's.
     now = pd.Timestamp(report.now).tz_convert("UTC")
-    table = Table(title=Text(f"tick {now:%Y-%m-%d %H:%M:%S} UTC · service {report.service} · {report.status}"),
+    table = Table(title=Text(f"tick {now:%Y-%m-%d %H:%M:%S} UTC · service {report.service} · {report.status}",
+                             style="table.title"),
                   show_header=False)
     table.add_column("what", style="bold")
     table.add_column("rows", justify="right")
@@ -296,7 +297,8 @@ def _print_scan(dataset: str, engine: str, service: str, report, breaches: list)
     from monitor.verdicts.stage import describe_labels
 
     result = report.result
-    table = Table(title=f"scan {dataset}  engine {engine}  service {service}", show_header=False)
+    table = Table(title=Text(f"scan {dataset}  engine {engine}  service {service}", style="table.title"),
+                  show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     for key in ("read", "accepted", "folded", "joined", "unmatched", "duplicates", "outside"):

@@ -182,7 +182,8 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
     shown, left_out = list(names), []
     while width is not None and needs(shown) > width and len(shown) > 1:
         left_out.insert(0, shown.pop())  # columns come most telling first
-    out = Table(title=title, show_lines=False)
+    # Plain text: a title names what the user named (a service, a --group-by), never markup.
+    out = Table(title=Text(title, style="table.title") if title else None, show_lines=False)
     for name in shown:
         justify = "right" if kinds[name] == "number" else "left"
         if kinds[name] == "text":

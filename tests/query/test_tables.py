@@ -44,3 +44,9 @@ def test_rows_by_severity_keep_their_time_order_within_a_rank():
     frame = pd.DataFrame({"status": ["ok", "breach", "insufficient", "breach"], "t": [1, 2, 3, 4]})
     ordered = by_severity(frame, "status", {"breach": 0, "insufficient": 1, "ok": 2})
     assert ordered["t"].tolist() == [2, 4, 3, 1]
+
+
+def test_a_title_is_shown_as_written_never_read_as_markup():
+    console = Console(width=80, record=True, color_system=None)
+    console.print(table(pd.DataFrame({"id": [1]}), "findings of [bold]churn[/bold] by [red]"))
+    assert "findings of [bold]churn[/bold] by [red]" in console.export_text()
