@@ -41,7 +41,7 @@ def print_sample(sample, console: Console = out) -> None:
     head = Text(f"{sample.service} {sample.source} ({sample.where}): {sample.read:,} rows read, "
                 f"{sample.accepted:,} accepted, {sample.read - sample.accepted:,} quarantined",
                 style="bold" if sample.accepted or not sample.read else "bold red")
-    console.print(head)
+    console.print(head, soft_wrap=True)  # one line, however long the path: it is grepped and copied
     fields = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for name, justify in (("field", "left"), ("column", "left"), ("example", "left"), ("missing", "right"),
                           ("unreadable", "right")):

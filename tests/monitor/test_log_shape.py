@@ -183,6 +183,10 @@ def test_check_logs_with_the_mapping(cli, tmp_path):
     table = cli("check-logs", "--now", NOW.isoformat())
     assert table.exit_code == 0, table.output
     assert "40 accepted, 4 quarantined" in table.output
+    # The heading on one line however long the path, at 80 columns too (grepped, copied).
+    narrow = CliRunner().invoke(app, ["check-logs", "--now", NOW.isoformat()], env={"COLUMNS": "80"})
+    assert f"fraud predictions ({tmp_path / 'preds'}): 44 rows read, 40 accepted, 4 quarantined" \
+        in narrow.output.splitlines()
     assert "timestamp" in table.output and "unknown_status" in table.output
     # Markup in a log line is printed as written, never interpreted.
     assert '"status": "[bold red]boom[/]"' in table.output
