@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import pandas as pd
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from monitor import config as config_mod
 from monitor.cli.common import (
@@ -23,6 +23,7 @@ from monitor.cli.common import (
     render,
     some_services,
 )
+from monitor.investigate.output import table
 
 silence_app = typer.Typer(no_args_is_help=True, help="Silences: mute notifications of matching alerts for a while.")
 notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")
@@ -73,18 +74,14 @@ def alerts_list(
         render(records, fmt, lambda: None, document={"alerts": records, "open_incidents": incidents,
                                                      "notifications_undeliverable": why or None})
         return
-    table = Table(title=f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))")
-    for col in ("state", "alert", "labels", "since (UTC)", "muted", "notified", "summary"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("state", "alert", "since (UTC)"),
-                         min_width=None if col in ("state", "alert", "since (UTC)") else 8)
-    for r in sorted(records, key=_severity):
-        labels = {k: v for k, v in r["labels"].items() if k != "alertname"}
-        since = r["since"].strftime("%Y-%m-%d %H:%M") if r["since"] else "-"
-        delivery = f"[red]{escape(r['delivery'])}[/]" if r["delivery"].startswith("UNDELIVERABLE") else escape(r["delivery"])
-        table.add_row(escape(r["state"]), escape(r["labels"].get("alertname", "")),
-                      escape(" ".join(f"{k}={v}" for k, v in sorted(labels.items()))), since,
-                      escape(r["muted"] or ""), delivery, escape(r["summary"]))
-    out.print(table)
+    rows_shown = [{"state": r["state"], "alert": r["labels"].get("alertname", ""),
+                   "labels": {k: v for k, v in r["labels"].items() if k != "alertname"}, "since": r["since"],
+                   "notified": r["delivery"], "summary": r["summary"], "muted": r["muted"]}
+                  for r in sorted(records, key=_severity)]
+    if rows_shown:
+        # Columns most telling first: at 80 columns the last are left out and named, none is cut.
+        out.print(table(pd.DataFrame(rows_shown), f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))",
+                        width=out.width, keep=("notified", "summary")))
     if why:
         err.print(f"[red]error:[/] notifications undeliverable: {escape(why)}", highlight=False)
     if not shown:
@@ -208,16 +205,13 @@ def silence_list(
     if fmt != "table":
         render(records, fmt, lambda: None)
         return
-    table = Table(title="silences")
-    for col in ("id", "matchers", "starts (UTC)", "ends (UTC)", "state", "by", "comment"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("id", "starts (UTC)", "ends (UTC)", "state"),
-                         min_width=8 if col in ("matchers", "comment") else None)
-    for r in records:
-        state = r["state"]
-        table.add_row(str(r["id"]), ", ".join(f"{m['name']}{m['op']}{m['value']}" for m in r["matchers"]),
-                      f"{r['starts_at']:%Y-%m-%d %H:%M}", f"{r['ends_at']:%Y-%m-%d %H:%M}", state, r["created_by"],
-                      r["comment"])
-    out.print(table)
+    frame = pd.DataFrame([{"id": r["id"], "state": r["state"], "matchers": ", ".join(
+        f"{m['name']}{m['op']}{m['value']}" for m in r["matchers"]), "starts_at": r["starts_at"], "ends_at": r["ends_at"],
+        "comment": r["comment"], "created_by": r["created_by"]} for r in records])
+    if len(frame):
+        out.print(table(frame, "silences", width=out.width))
+    else:
+        out.print("[dim]no silences[/]")
 
 
 @silence_app.command("expire")

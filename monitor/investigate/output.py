@@ -115,10 +115,10 @@ def split_list(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def cell(value: Any, whole: bool = False) -> str:
+def cell(value: Any, whole: bool = False, cut: bool = True) -> str:
     """A value as a table cell: integers with thousands separators, floats to 4 significant digits (with
     separators past 1,000, never in e-notation there), times as UTC, labels as k=v. `whole`: an id, shown
-    as written and never cut."""
+    as written and never cut. `cut`: text past MAX_CELL characters ends in an ellipsis."""
     if isinstance(value, pd.Timestamp | datetime) and not pd.isna(value):
         ts = pd.Timestamp(value).tz_convert("UTC")
         return f"{ts:%Y-%m-%d %H:%M}" if ts.second == 0 and ts.microsecond == 0 else f"{ts:%Y-%m-%d %H:%M:%S.%f}"[:-3]
@@ -139,7 +139,7 @@ def cell(value: Any, whole: bool = False) -> str:
         text = json.dumps(value, separators=(",", ":"), default=str)
     else:
         text = str(value)
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    return text if len(text) <= MAX_CELL or not cut else text[: MAX_CELL - 1] + "…"
 
 
 # Columns whose cells are copied into other commands: shown whole on one line, never folded.
@@ -152,16 +152,17 @@ MAX_WORD = 24  # ... and its longest word up to this many, so it folds between w
 def whole(name: str) -> bool:
     """An id, a name or a time: a cell a person copies, kept on one line."""
     return name in WHOLE or name.endswith(("_id", "_at", "_start", "_end", "_version")) or name in ("now", "first",
-                                                                                                   "last")
+                                                                                                   "last", "since")
 
 
 def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | None = None,
-          width: int | None = None, every: str = "--format csv") -> Table:
+          width: int | None = None, every: str = "--format csv", keep: tuple[str, ...] = ()) -> Table:
     """`frame` as a rich table of `columns` (default: all). Ids, names and times are never wrapped nor cut,
     numbers never wrapped, other text folds; of a command's own pick of `columns`, those empty in every row
     are left out (the columns of a user's own SQL are all kept). Narrower than the table needs (`width`
     characters), the last columns are left out (columns come most telling first) and the caption names
-    them and the option (`every`) that prints every column: what is shown is never cut."""
+    them and the option (`every`) that prints every column: what is shown is never cut. Text longer than
+    MAX_CELL ends in an ellipsis, except in the columns to `keep` whole (it folds)."""
     names = [c for c in (columns or list(frame.columns)) if c in frame.columns]
     if columns is not None:
         # A column with no value in any row only takes width from the ones that say something.
@@ -171,7 +172,7 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
     for name in names:
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
         kinds[name] = "whole" if whole(str(name)) else "number" if numeric else "text"
-    cells = {name: [cell(v, kinds[name] == "whole") for v in frame[name]] for name in names}
+    cells = {name: [cell(v, kinds[name] == "whole", name not in keep) for v in frame[name]] for name in names}
     least = {name: min(MAX_WORD, max([MIN_WIDTH, *(len(w) for c in cells[name] for w in c.split())]))
              for name in names if kinds[name] == "text"}
 

@@ -4,6 +4,7 @@ installed script)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -68,3 +69,32 @@ def test_alerts_silences_and_drain_from_the_command_line(tmp_path, fake_slack):
     assert drained.exit_code == 0, drained.output
     assert "sent 1" in drained.stdout and len(fake_slack.top_level) == 1
     assert TOKEN not in drained.stdout + drained.stderr + listed.stdout
+
+
+def test_alerts_and_silences_fit_80_columns_and_show_what_was_typed_as_written(tmp_path, fake_slack):
+    from monitor.cli import app
+
+    now = slower_store(tmp_path, {"group_wait": "0s", "slack": {
+        "token": {"env": "TW_SLACK_TOKEN"}, "channel": "#alerts", "base_url": fake_slack.base_url, "timeout": "2s"}})
+    comment = "[bold]deploy[/bold] until [red]noon"
+    assert tw("silence", "create", "--matcher", "service=churn", "--duration", "2h", "--comment", comment,
+              "--by", "alice", "--now", now, cwd=tmp_path).exit_code == 0
+
+    def narrow(*args):
+        return CliRunner().invoke(app, ["--config", str(tmp_path / "tailwatch.yaml"), *args, "--now", now],
+                                  env={"COLUMNS": "80", "TW_SLACK_TOKEN": TOKEN})
+
+    for shown in (narrow("alerts"), narrow("silence", "list")):
+        assert shown.exit_code == 0, shown.output
+        lines = shown.stdout.splitlines()
+        assert all(len(line) <= 80 for line in lines), shown.stdout
+        assert "left out at this width" in shown.stdout  # named, not cut at the terminal's edge
+    alerts = narrow("alerts").stdout
+    assert "firing" in alerts and "ModelRegression" in alerts and "model_version=v2" in alerts
+    # Wide enough, each column whole: the summary is never cut short.
+    wide = tw("alerts", "--now", now, cwd=tmp_path).stdout
+    summary = json.loads(tw("alerts", "--now", now, "--format", "json", cwd=tmp_path).stdout)["alerts"][0]["summary"]
+    assert summary and " ".join(summary.split()) in " ".join(c.strip() for line in wide.splitlines()
+                                                            for c in line.split("│")[6:7])
+    silences = tw("silence", "list", "--now", now, cwd=tmp_path).stdout
+    assert comment in silences and "alice" in silences
