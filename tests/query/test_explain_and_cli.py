@@ -220,6 +220,16 @@ def test_findings_at_80_columns_name_each_window_length_and_keep_each_label_whol
             assert f"{key}={value}" in text, (key, value)
 
 
+def test_metrics_at_80_columns_keep_the_p95_latency(cli_config):
+    config, _, _ = cli_config
+    shown = narrow(config, "query", "metrics", "--since", "2026-11-02T00:00:00Z", "--until", "2026-11-02T02:00:00Z",
+                   "--every", "1h")
+    assert shown.exit_code == 0, shown.output
+    header = [h.strip() for h in next(line for line in shown.stdout.splitlines()
+                                      if line.startswith("┃")).strip("┃").split("┃")]
+    assert header[:4] == ["period_start", "model_version", "requests", "total_p95_ms"]
+
+
 def test_explain_fits_80_columns_stage_names_and_commands_whole(cli_config):
     config, incident_id, _ = cli_config
     result = json.loads(cli(config, "explain", str(incident_id), "--format", "json").stdout)
