@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 import pandas as pd
@@ -22,6 +22,8 @@ from monitor.investigate.query import QueryError
 from monitor.ui import pages, views
 from monitor.ui.cache import PageCache
 from storage.store import Store
+
+T = TypeVar("T")
 
 # Scripts and styles from this server only (plotly.js sets inline styles on the elements it draws).
 HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -44,7 +46,7 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
                                    **context})
         return HTMLResponse(html, status_code=status, headers=HEADERS)
 
-    def run(build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def run(build: Callable[[], T]) -> T:
         try:
             return build()
         except views.NotFound as exc:
@@ -54,10 +56,10 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
 
     def incidents(request: Request) -> Response:
         q = request.query_params
-        filters = views.Filters(**{k: q.get(k) or None for k in ("service", "version", "verdict", "severity",
-                                                                   "status")})
+        filters = run(lambda: views.Filters(**{k: q.get(k) or None for k in ("service", "version", "verdict",
+                                                                              "severity", "status")}))
         rows = run(lambda: {"rows": views.incident_list(cfg, store, filters, clock())})["rows"]
-        return page("incidents.html", rows=rows, filters=filters)
+        return page("incidents.html", rows=rows, filters=filters, choices=views.CHOICES)
 
     def incident(request: Request) -> Response:
         incident_id = request.path_params["incident_id"]

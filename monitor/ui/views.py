@@ -14,12 +14,14 @@ from urllib.parse import quote, urlencode
 import pandas as pd
 
 from monitor.aggregate.keys import STAGE_PREFIX
+from monitor.alerts.alert import SEVERITY_RANK
 from monitor.config import Config, Service
 from monitor.investigate import history, query
 from monitor.investigate.explain import BEFORE, QUALITY_CHECKS, explain
 from monitor.investigate.logs import LogsError, drill
 from monitor.investigate.query import jsonable
 from monitor.ui import figures
+from monitor.verdicts.verdict import VERDICTS
 from storage.store import Store
 
 SPANS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}  # the overview's ranges
@@ -33,15 +35,27 @@ class NotFound(LookupError):
     """A page asked for a service or incident that does not exist; the message says which."""
 
 
+# The values the incident list filters on, as incidents store them.
+CHOICES = {"verdict": [v for v in VERDICTS if v not in ("healthy", "insufficient_data")],
+           "severity": list(SEVERITY_RANK), "status": ["open", "resolved"]}
+
+
 @dataclass(frozen=True)
 class Filters:
-    """The incident list's filters (query parameters); None: any."""
+    """The incident list's filters (query parameters); None: any. ValueError for a value no incident can
+    have, naming the valid ones."""
 
     service: str | None = None
     version: str | None = None
     verdict: str | None = None
     severity: str | None = None
     status: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, valid in CHOICES.items():
+            value = getattr(self, name)
+            if value is not None and value not in valid:
+                raise ValueError(f"{name} {value!r} is not one of {', '.join(valid)}")
 
 
 def service_of(cfg: Config, name: str) -> Service:

@@ -101,7 +101,14 @@ def test_the_incident_page_answers_what_since_when_and_where(served, incident_id
 def test_filters_and_unknowns(served, incident_id):
     listed = lambda query: f'href="/incidents/{incident_id}"' in get(f"{served.url}/?{query}")[2]  # noqa: E731
     assert listed("") and listed("verdict=slower&service=churn&version=v2&status=open")
-    assert not listed("verdict=drift") and not listed("version=v1") and not listed("severity=critical")
+    assert not listed("verdict=drift") and not listed("version=v1")
+    # The severity filter offers the severities incidents carry: exactly one of them lists this one.
+    assert sum(listed(f"severity={severity}") for severity in ("page", "warn", "info")) == 1
+    status, _, html = get(f"{served.url}/?severity=critical")
+    assert status == 400 and "is not one of page, warn, info" in html
+    page = get(f"{served.url}/")[2]
+    assert all(f"<option>{v}</option>" in page or f"<option selected>{v}</option>" in page
+               for v in ("page", "warn", "info", "slower", "no_data", "open", "resolved"))
     assert get(f"{served.url}/?service=nope")[0] == 404
     assert get(f"{served.url}/incidents/999999")[0] == 404
     assert get(f"{served.url}/services/nope")[0] == 404
