@@ -232,16 +232,22 @@ def query_logs(
     fmt: Format = "table",
 ) -> None:
     """The slowest requests in the raw logs, and which versions, replicas, segments they share."""
+    from monitor.contract import STATUSES
     from monitor.investigate.logs import LogsError, drill
 
-    cfg, svc, _ = _setup(service)
+    cfg, svc, store = _setup(service)
     start, end = parse_range(since, until, default=DEFAULT_RANGE)
+    if status is not None:
+        one_of("--status", status, list(STATUSES))
     try:
         with progress("query logs") as observe:
             result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
                            model_version=version, status=status, features=features, observe=observe)
     except (LogsError, OSError) as exc:
         fail(str(exc))
+    if version is not None and not result.matched:
+        # The logs may hold a version no tick stored yet; one in neither is a typo, named with the stored ones.
+        known_version(store, svc.name, "--version", version)
     if fmt == "json":
         sys.stdout.write(dumps({"stage": stage, "min_ms": min_ms, "matched": result.matched,
                                 "scanned": result.scanned, "skipped": result.skipped,

@@ -274,10 +274,23 @@ def test_unknown_version_lists_the_stored_ones(cli_config):
     config, _, _ = cli_config
     for args, option in ((["query", "metrics", "--version", "v9"], "--version"),
                          (["query", "findings", "--version", "v9"], "--version"),
+                         (["query", "logs", "--since", "2026-11-02T00:00:00Z", "--until", "2026-11-02T02:00:00Z",
+                           "--version", "v9"], "--version"),
                          (["compare", "--baseline", "v1", "--candidate", "v9"], "--candidate"),
                          (["compare", "--baseline", "v0", "--candidate", "v2"], "--baseline")):
         res = cli(config, *args)
         assert res.exit_code == 2 and option in res.output and "v1, v2" in res.output, (args, res.output)
+
+
+def test_query_logs_names_the_valid_statuses_and_an_absent_version_is_an_empty_answer(cli_config):
+    config, _, _ = cli_config
+    span = ("--since", "2026-11-02T00:00:00Z", "--until", "2026-11-02T02:00:00Z")
+    res = cli(config, "query", "logs", *span, "--status", "boom")
+    assert res.exit_code == 2 and "--status" in res.output and "ok, timeout, rejected, error" in res.output
+    # v1 is stored: where no request of it matches, the answer is that nothing matched, not an error.
+    late = ("--since", "2026-11-02T07:00:00Z", "--until", "2026-11-02T08:00:00Z")
+    res = cli(config, "query", "logs", *late, "--version", "v1", "--format", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["matched"] == 0, res.output
 
 
 def test_metric_periods_are_on_the_hour_whatever_since_is(cli_config):
