@@ -171,7 +171,8 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
     kinds = {}
     for name in names:
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
-        kinds[name] = "whole" if whole(str(name)) else "number" if numeric else "text"
+        when = pd.api.types.is_datetime64_any_dtype(frame[name])  # a time, whatever its column is called
+        kinds[name] = "whole" if whole(str(name)) or when else "number" if numeric else "text"
     cells = {name: [cell(v, kinds[name] == "whole", name not in keep) for v in frame[name]] for name in names}
     least = {name: min(MAX_WORD, max([MIN_WIDTH, *(len(w) for c in cells[name] for w in c.split())]))
              for name in names if kinds[name] == "text"}

@@ -51,3 +51,10 @@ def test_a_title_is_shown_as_written_never_read_as_markup():
     console.print(table(pd.DataFrame({"id": [1]}), "findings of [bold]churn[/bold] by [red]"))
     # (folded to the table's width: compared without the spaces and line ends)
     assert "findingsof[bold]churn[/bold]by[red]" in "".join(console.export_text().split())
+
+
+def test_a_time_is_kept_on_one_line_whatever_its_column_is_called():
+    frame = pd.DataFrame({"request_id": ["tx-19010"], "ts": pd.to_datetime(["2026-12-07T01:27:09.531Z"]),
+                          "note": ["a long note that may fold over several lines of the table"]})
+    text = shown(frame, width=50)
+    assert "2026-12-07 01:27:09.531" in text
