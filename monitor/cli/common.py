@@ -174,6 +174,11 @@ class Positional(TyperArgument):
 
 
 def _metavars(command, ctx) -> None:
+    if getattr(command, "help", None) and not command.short_help:
+        # The command list shows a command's first sentence on one line (rich keeps the docstring's line
+        # ends there); the command's own --help shows the whole text.
+        text = " ".join(command.help.split())
+        command.short_help = text[:text.index(". ") + 1] if ". " in text else text
     help_option = command.get_help_option(ctx)
     for param in [*command.params, *([help_option] if help_option else [])]:
         if isinstance(param, TyperArgument):

@@ -268,3 +268,13 @@ def test_tick_table_title_shows_the_time_service_and_status(workdir, monkeypatch
     ticked = _invoke("tick", *NOW, cwd=workdir, monkeypatch=monkeypatch)
     assert ticked.exit_code == 0, ticked.output
     assert "tick 2026-11-02 12:00:00 UTC · service churn · ok" in ticked.stdout
+
+
+def test_the_command_list_gives_each_command_its_first_sentence_on_one_line():
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "250"}).stdout
+    panel = shown[shown.index("Commands"):].splitlines()[1:]
+    rows = [line for line in panel if line.startswith("│")]
+    # A row continuing the one above starts with blanks where the command's name would be.
+    assert rows and all(not line[1:].startswith("            ") for line in rows), "\n".join(rows)
+    assert any("Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics." in line
+               for line in rows)
