@@ -98,15 +98,17 @@ def print_report(report, console: Console = out) -> None:
     table.add_row("waiting for timings", f"{report.pending_predictions:,}")
     table.add_row("folded into buckets", f"{report.folded:,} rows -> {report.buckets:,} partials")
     if report.first_ts:
-        table.add_row("event time", f"{report.first_ts} .. {report.last_ts}")
+        first, last = (pd.Timestamp(t).tz_convert("UTC") for t in (report.first_ts, report.last_ts))
+        table.add_row("event time", f"{first:%Y-%m-%d %H:%M:%S} .. {last:%Y-%m-%d %H:%M:%S} UTC")
     table.add_row("tick time", f"{report.seconds:.2f} s")
     console.print(table)
+    # Plain text: an error, a warning or an event may quote a path or a line from the logs.
     if report.error:
-        console.print(f"[red]error:[/] {report.error}")
+        console.print(Text("error: ", style="red") + Text(report.error))
     for line in report.warnings:
         console.print(Text("warning: ", style="yellow") + Text(line))
     for line in report.events + report.notes:
-        console.print(f"[dim]- {line}[/]")
+        console.print(Text(f"- {line}", style="dim"))
 
 def demo(
     scenario: Annotated[str, typer.Option(help="Simulator scenario to run.")] = "slower-batching",

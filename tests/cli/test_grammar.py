@@ -278,3 +278,20 @@ def test_the_command_list_gives_each_command_its_first_sentence_on_one_line():
     assert rows and all(not line[1:].startswith("            ") for line in rows), "\n".join(rows)
     assert any("Run the daemon: scheduled ticks and nightly jobs, leader lock, /livez /readyz /metrics." in line
                for line in rows)
+
+
+def test_a_tick_report_prints_what_came_from_the_logs_as_written():
+    from rich.console import Console
+
+    from monitor.cli.pipeline import print_report
+    from monitor.daemon.runner import TickReport
+
+    report = TickReport(service="churn", now="2026-11-02T12:00:00+00:00", status="error",
+                        error="cannot read logs/[bold]x[/bold].jsonl", events=["logs/[red]p[/red].jsonl: truncated"],
+                        first_ts="2026-11-02T11:00:00.25+00:00", last_ts="2026-11-02T11:59:59+00:00")
+    console = Console(width=120, record=True, color_system=None)
+    print_report(report, console)
+    text = console.export_text()
+    assert "error: cannot read logs/[bold]x[/bold].jsonl" in text
+    assert "- logs/[red]p[/red].jsonl: truncated" in text
+    assert "2026-11-02 11:00:00 .. 2026-11-02 11:59:59 UTC" in text
