@@ -7,6 +7,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 from rich.markup import escape
+from rich.text import Text
 
 from monitor import config as config_mod
 from monitor.cli.common import (
@@ -251,8 +252,8 @@ def notify_drain(
         out.print(f"sent {report.sent}, retrying {report.retried}, failed {report.failed}, waiting {report.waiting}"
                   + (f" ({report.note})" if report.note and not report.undeliverable else ""), highlight=False)
     for line in report.errors if fmt == "table" else []:
-        err.print(f"[yellow]-[/] {line}", highlight=False)
+        err.print(Text("- ", style="yellow") + Text(line), highlight=False)
     if report.undeliverable:
-        fail(f"notifications undeliverable: {escape(report.undeliverable)}")
+        fail(f"notifications undeliverable: {report.undeliverable}")
     if report.failed:
         raise typer.Exit(1)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.text import Text
 from typer.core import TyperArgument, TyperGroup
 
 from monitor import config as config_mod
@@ -34,8 +35,9 @@ class State:
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print a one-line error (no traceback) and exit non-zero."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    """Print a one-line error (no traceback) and exit non-zero. `message` is plain text: it may quote a path,
+    a value or a line from the logs."""
+    err.print(Text("error: ", style="bold red") + Text(message), highlight=False)
     raise typer.Exit(code)
 
 
@@ -78,7 +80,7 @@ def load_config() -> config_mod.Config:
     except ConfigError as exc:
         fail(str(exc))
     for warning in cfg.warnings():
-        err.print(f"[yellow]warning:[/] {warning}")
+        err.print(Text("warning: ", style="yellow") + Text(warning))
     return cfg
 
 
@@ -90,7 +92,7 @@ def load_storage() -> config_mod.Storage:
         fail(str(exc))
     for secret in (storage.password, storage.query_sql.password):
         for warning in secret.warnings() if secret is not None else []:
-            err.print(f"[yellow]warning:[/] {warning}")
+            err.print(Text("warning: ", style="yellow") + Text(warning))
     return storage
 
 

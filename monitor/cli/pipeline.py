@@ -247,7 +247,7 @@ def nightly(
     out.print(table)
     for s in report.services:
         for line in s.breaches[:20]:
-            out.print(f"[red]breach[/] {s.service} {line}", highlight=False)
+            out.print(Text("breach ", style="red") + Text(f"{s.service} {line}"), highlight=False)
         if s.estimate_error:
             errs = ", ".join(f"{k} {v:.3f}" for k, v in sorted(s.estimate_error.items()))
             out.print(f"[dim]{s.service}: estimate mean |error| vs realized: {errs}[/]", highlight=False)
@@ -315,8 +315,9 @@ def _print_scan(dataset: str, engine: str, service: str, report, breaches: list)
     table.add_row("findings", f"{report.findings:,}")
     out.print(table)
     for s, f in breaches[:30]:
-        out.print(f"[red]breach[/] {s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m "
-                  f"{s.model_version} {f.check} {describe_labels(f.labels)} (n={f.n})", highlight=False, soft_wrap=True)
+        out.print(Text("breach ", style="red") + Text(
+            f"{s.start:%Y-%m-%d %H:%M}+{int((s.end - s.start).total_seconds() // 60)}m {s.model_version} {f.check} "
+            f"{describe_labels(f.labels)} (n={f.n})"), highlight=False, soft_wrap=True)
     if len(breaches) > 30:
         out.print(f"... and {len(breaches) - 30:,} more breaches; all of them: "
                   f"`tailwatch query findings --service {service} --status breach`", highlight=False, soft_wrap=True)

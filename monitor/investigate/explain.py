@@ -465,7 +465,7 @@ def render(result: Explanation, console: Console) -> None:
     if result.what_changed:
         console.print("[bold]what changed[/]")
         for c in result.what_changed:
-            console.print(f"  - {c.get('text') or c}")
+            console.print(f"  - {c.get('text') or c}", markup=False, highlight=False)  # values from the logs
     console.print("[bold]next queries[/]")
     for line in result.next_queries:
         # One line each however narrow the terminal: a command is copied whole.

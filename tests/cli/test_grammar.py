@@ -295,3 +295,25 @@ def test_a_tick_report_prints_what_came_from_the_logs_as_written():
     assert "error: cannot read logs/[bold]x[/bold].jsonl" in text
     assert "- logs/[red]p[/red].jsonl: truncated" in text
     assert "2026-11-02 11:00:00 .. 2026-11-02 11:59:59 UTC" in text
+
+
+def test_an_error_quotes_what_was_typed_as_written(workdir, monkeypatch):
+    result = _invoke("query", "metrics", "-s", "[bold]frod[/bold]", cwd=workdir, monkeypatch=monkeypatch)
+    assert result.exit_code == 2 and "[bold]frod[/bold]" in result.output, result.output
+
+
+def test_explain_prints_what_changed_as_written():
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from monitor.investigate.explain import Explanation, render
+
+    at = datetime(2026, 11, 2, 3, tzinfo=UTC)
+    result = Explanation(incident={"id": 1, "status": "open", "model_version": "v2"}, verdict="slower",
+                         summary="slower: p95 up", verdicts={"slower": 1}, evidence=[], stages=[], affected=[],
+                         what_changed=[{"kind": "config_hash", "text": "config_hash [red]x[/red] first seen"}],
+                         next_queries=[], window=(at, at), before=(at, at))
+    console = Console(width=120, record=True, color_system=None)
+    render(result, console)
+    assert "config_hash [red]x[/red] first seen" in console.export_text()
