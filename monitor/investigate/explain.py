@@ -415,19 +415,20 @@ def render(result: Explanation, console: Console) -> None:
     inc = result.incident
     named = result.named
     summary = result.summary.removeprefix(f"{result.verdict}: ")
+    # Markup only where written here: versions, stages, segments, classes and groups come from the logs.
     lines = [f"[bold]{result.verdict}[/] — {escape(summary)}",
-             f"incident {inc['id']} ({inc['status']}), model version {inc.get('model_version') or '-'}, "
+             f"incident {inc['id']} ({inc['status']}), model version {escape(str(inc.get('model_version') or '-'))}, "
              f"windows {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC",
              "verdicts of its windows: " + (", ".join(f"{k} x{v}" for k, v in result.verdicts.items()) or "none stored")]
-    pointers = [f"stage [bold]{named['stage']}[/]"] if named.get("stage") else []
+    pointers = [f"stage [bold]{escape(named['stage'])}[/]"] if named.get("stage") else []
     if named.get("cache_path"):
-        pointers.append(f"cache misses now run [bold]{', '.join(named['cache_path'])}[/]")
-    pointers += [f"{k[:-1]} [bold]{', '.join(named[k][:4])}[/]"
+        pointers.append(f"cache misses now run [bold]{escape(', '.join(named['cache_path']))}[/]")
+    pointers += [f"{k[:-1]} [bold]{escape(', '.join(map(str, named[k][:4])))}[/]"
                  for k in ("fields", "segments", "classes", "signals", "outputs", "versions") if named.get(k)]
     defined = named.get("group_definitions") or {}
     if named.get("groups"):
-        pointers.append("group " + ", ".join(f"[bold]{g}[/]" + (f" ({defined[g]})" if g in defined else "")
-                                             for g in named["groups"][:4]))
+        pointers.append("group " + ", ".join(f"[bold]{escape(g)}[/]" + (f" ({escape(defined[g])})" if g in defined
+                                                                         else "") for g in named["groups"][:4]))
     if pointers:
         lines.append("points at: " + "; ".join(pointers))
     console.print(Panel("\n".join(lines), title=f"incident {inc['id']}", expand=False))

@@ -310,10 +310,13 @@ def test_explain_prints_what_changed_as_written():
     from monitor.investigate.explain import Explanation, render
 
     at = datetime(2026, 11, 2, 3, tzinfo=UTC)
-    result = Explanation(incident={"id": 1, "status": "open", "model_version": "v2"}, verdict="slower",
+    result = Explanation(incident={"id": 1, "status": "open", "model_version": "v[2]"}, verdict="slower",
                          summary="slower: p95 up", verdicts={"slower": 1}, evidence=[], stages=[], affected=[],
                          what_changed=[{"kind": "config_hash", "text": "config_hash [red]x[/red] first seen"}],
-                         next_queries=[], window=(at, at), before=(at, at))
+                         next_queries=[], window=(at, at), before=(at, at),
+                         named={"stage": "[blink]model", "segments": ["Contract=[i]Two year"], "groups": ["[u]g"]})
     console = Console(width=120, record=True, color_system=None)
     render(result, console)
-    assert "config_hash [red]x[/red] first seen" in console.export_text()
+    text = console.export_text()
+    assert "config_hash [red]x[/red] first seen" in text and "model version v[2]," in text
+    assert "stage [blink]model; segment Contract=[i]Two year; group [u]g" in text
