@@ -198,9 +198,11 @@ def query_incidents(
     start, end = parse_range(since, until)
     frame = _run(lambda: q.incidents(store, svc.name, since=start, until=end, model_version=version,
                                      status=status))
+    if fmt == "table":  # what each is (or why it resolved), a line each below the table
+        frame = frame.assign(why=[q.why(r) for r in frame.to_dict("records")])
     emit(frame, fmt, out, title=f"incidents of {svc.name}",
          columns=["id", "status", "verdict", "model_version", "opened_at", "resolved_at", "first_window_start",
-                  "last_window_end"], severity=("status", {"open": 0, "resolved": 1}))
+                  "last_window_end"], severity=("status", {"open": 0, "resolved": 1}), after="why")
 
 
 @query_app.command("sql")

@@ -176,6 +176,19 @@ def incidents(store: Store, service: str, *, since: datetime | None = None, unti
     return _utc_columns(frame, ("opened_at", "resolved_at", "first_window_start", "last_window_end"))
 
 
+def why(inc: dict[str, Any]) -> str:
+    """The one line that says what incident `inc` (a row of `incidents`) is, or for a resolved one why it
+    resolved."""
+    summary = inc.get("summary") if isinstance(inc.get("summary"), dict) else {}
+    notes = [a.get("annotations") or {} for a in summary.get("alerts") or []]
+    if inc.get("status") == "resolved":
+        reasons = [n["resolution"] for n in notes if n.get("resolution")]
+        if reasons:
+            return "; ".join(dict.fromkeys(str(r) for r in reasons))
+    texts = [n.get("summary") or n.get("text") for n in notes]
+    return next((str(t) for t in texts if t), str(inc.get("verdict")))
+
+
 # -- output ----------------------------------------------------------------------------------------
 
 def _utc_columns(frame: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:

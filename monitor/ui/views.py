@@ -19,7 +19,7 @@ from monitor.config import Config, Service
 from monitor.investigate import history, query
 from monitor.investigate.explain import BEFORE, QUALITY_CHECKS, explain
 from monitor.investigate.logs import LogsError, drill
-from monitor.investigate.query import jsonable
+from monitor.investigate.query import jsonable, why
 from monitor.ui import figures
 from monitor.verdicts.verdict import VERDICTS
 from storage.store import Store
@@ -111,18 +111,6 @@ def _end(inc: dict[str, Any], now: datetime) -> datetime:
 def _summary(inc: dict[str, Any]) -> dict[str, Any]:
     summary = inc.get("summary")
     return summary if isinstance(summary, dict) else {}
-
-
-def why(inc: dict[str, Any]) -> str:
-    """The one line that says what the incident is, or for a resolved one why it resolved."""
-    alerts = _summary(inc).get("alerts") or []
-    notes = [a.get("annotations") or {} for a in alerts]
-    if inc.get("status") == "resolved":
-        reasons = [n["resolution"] for n in notes if n.get("resolution")]
-        if reasons:
-            return "; ".join(dict.fromkeys(str(r) for r in reasons))
-    texts = [n.get("summary") or n.get("text") for n in notes]
-    return next((str(t) for t in texts if t), str(inc.get("verdict")))
 
 
 def _duration(start: datetime, end: datetime) -> str:

@@ -220,6 +220,14 @@ def test_findings_at_80_columns_name_each_window_length_and_keep_each_label_whol
             assert f"{key}={value}" in text, (key, value)
 
 
+def test_incidents_table_says_what_each_is_below_it(cli_config):
+    config, incident_id, _ = cli_config
+    shown = narrow(config, "query", "incidents", "--since", "2026-11-01T00:00:00Z")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert "why, by id:" in lines and f"{incident_id}: slower" in lines  # no alert summary stored: the verdict
+
+
 def test_metrics_at_80_columns_keep_the_p95_latency(cli_config):
     config, _, _ = cli_config
     shown = narrow(config, "query", "metrics", "--since", "2026-11-02T00:00:00Z", "--until", "2026-11-02T02:00:00Z",

@@ -24,7 +24,8 @@ from ui_support import HOSTILE, serving
 
 from monitor import config as config_mod
 from monitor.config import ConfigError, incident_url, parse
-from monitor.ui.views import slack_link, why
+from monitor.investigate.query import why
+from monitor.ui.views import slack_link
 from storage.store import Store
 
 
