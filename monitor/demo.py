@@ -80,8 +80,10 @@ def run_demo(scenario: str, hours: float, seed: int, keep: Path | None, console:
                    **_show(console, store, reports, truth, keep)}
         store.dispose()
         if keep:
+            # One line however narrow the terminal: the command is copied whole. The path is the user's.
             console.print(f"\nlogs, config and database kept in {work}; try "
-                          f"`tailwatch --config {work / 'tailwatch.yaml'} tick`")
+                          f"`tailwatch --config {work / 'tailwatch.yaml'} explain 1`", soft_wrap=True, markup=False,
+                          highlight=False)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -174,22 +174,24 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
         when = pd.api.types.is_datetime64_any_dtype(frame[name])  # a time, whatever its column is called
         kinds[name] = "whole" if whole(str(name)) or when else "number" if numeric else "text"
     cells = {name: [cell(v, kinds[name] == "whole", name not in keep) for v in frame[name]] for name in names}
-    least = {name: min(MAX_WORD, max([MIN_WIDTH, *(len(w) for c in cells[name] for w in c.split())]))
+    natural = {name: max(len(str(name)), *map(len, cells[name] or [""])) for name in names}  # on one line
+    least = {name: min(natural[name], MAX_WORD, max([MIN_WIDTH, *(len(w) for c in cells[name] for w in c.split())]))
              for name in names if kinds[name] == "text"}
 
     def needs(shown: list[str]) -> int:  # the narrowest the table can be: borders, padding, columns
-        return 1 + sum(3 + (least[n] if kinds[n] == "text" else max(len(str(n)), *map(len, cells[n] or [""])))
-                       for n in shown)
+        return 1 + sum(3 + (least[n] if kinds[n] == "text" else natural[n]) for n in shown)
 
     shown, left_out = list(names), []
     while width is not None and needs(shown) > width and len(shown) > 1:
         left_out.insert(0, shown.pop())  # columns come most telling first
+    folded = _text_widths(shown, kinds, natural, least, width)
     # Plain text: a title names what the user named (a service, a --group-by), never markup.
     out = Table(title=Text(title, style="table.title") if title else None, show_lines=False)
     for name in shown:
         justify = "right" if kinds[name] == "number" else "left"
         if kinds[name] == "text":
-            out.add_column(str(name), justify=justify, overflow="fold", min_width=least[name])
+            out.add_column(str(name), justify=justify, overflow="fold", min_width=least[name],
+                           width=folded.get(name))
         else:
             out.add_column(str(name), justify=justify, no_wrap=True)
     for i in range(len(frame)):
@@ -198,6 +200,30 @@ def table(frame: pd.DataFrame, title: str | None = None, columns: list[str] | No
     if left_out:
         out.caption = f"left out at this width: {', '.join(map(str, left_out))} ({every} has every column)"
     return out
+
+
+def _text_widths(shown: list[str], kinds: dict[str, str], natural: dict[str, int], least: dict[str, int],
+                 width: int | None) -> dict[str, int]:
+    """Widths of the text columns when the table is wider than `width` on one line: the widest are narrowed
+    first, to a common cap, none below its `least`. Set here, not left to rich, whose narrowing can take a
+    column below its minimum and then overflow the terminal restoring it."""
+    text = [n for n in shown if kinds[n] == "text"]
+    room = (width or 0) - 1 - 3 * len(shown) - sum(natural[n] for n in shown if kinds[n] != "text")
+    if width is None or not text or sum(natural[n] for n in text) <= room:
+        return {}
+
+    def capped(cap: int) -> dict[str, int]:
+        return {n: max(least[n], min(natural[n], cap)) for n in text}
+
+    low, high = 0, max(natural[n] for n in text)
+    while low < high:  # the widest cap that fits
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if sum(capped(mid).values()) <= room else (low, mid - 1)
+    widths = capped(low)
+    for n in text:  # what the cap leaves, a character each to the columns it narrowed
+        if sum(widths.values()) < room and widths[n] < natural[n]:
+            widths[n] += 1
+    return widths
 
 
 def by_severity(frame: pd.DataFrame, column: str, rank: dict[str, int]) -> pd.DataFrame:

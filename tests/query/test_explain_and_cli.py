@@ -244,7 +244,8 @@ def test_explain_fits_80_columns_stage_names_and_commands_whole(cli_config):
     shown = narrow(config, "explain", str(incident_id))
     assert shown.exit_code == 0, shown.output
     lines = shown.stdout.splitlines()
-    assert all(len(line) <= 80 for line in lines if line[:1] in "┏┃┡│└")
+    # No table line past the terminal or cropped at its edge: each ends in its table's border.
+    assert all(len(line) <= 80 and line.rstrip()[-1] in "┓┃┩│┘" for line in lines if line[:1] in "┏┃┡│└")
     # Every stage named in its own cell, the p95 figures beside it; what did not fit is named.
     at = next(i for i, line in enumerate(lines) if line.startswith("┃") and "p95_before" in line)
     assert [h.strip() for h in lines[at].strip("┃").split("┃")][:3] == ["stage", "p95_before", "p95_during"]

@@ -58,3 +58,25 @@ def test_a_time_is_kept_on_one_line_whatever_its_column_is_called():
                           "note": ["a long note that may fold over several lines of the table"]})
     text = shown(frame, width=50)
     assert "2026-12-07 01:27:09.531" in text
+
+
+def test_text_columns_are_narrowed_to_fit_never_past_the_terminal():
+    # Explain's evidence on the demo: a long labels column beside short text columns with units. Left to
+    # rich, labels was narrowed below its longest label, then widened back past the 80th column.
+    frame = pd.DataFrame({
+        "check": ["latency", "service_signal", "latency", "latency", "service_signal"],
+        "labels": ["quantile=p95 stage=batch_wait", "signal=queue_depth", "quantile=p95 stage=total",
+                   "bucket=<131 length=len:notes quantile=p95 stage=total", "signal=batch_size"],
+        "value": ["45.2 ms", "0.664 requests", "50.9 ms", "49.9 ms", "2.34 requests"],
+        "baseline": ["6.49 ms", "0.144 requests", "14.2 ms", "11.6 ms", "1.29 requests"],
+        "change": ["7x", "4.6x", "3.6x", "4.3x", "1.8x"],
+        "n": ["n=1,800 requests", "n=1,801 values", "n=1,801 requests", "n=938 requests", "n=1,362 values"],
+        "interval": ["95% CI 43.8–46.5 ms", "", "95% CI 50.4–52.5 ms", "95% CI 48.4–50.4 ms", ""],
+        "windows": [2, 2, 2, 2, 2]})
+    for width in range(60, 141, 5):
+        text = shown(frame, width=width)
+        rows = [line.rstrip() for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+        # Whole: no line past the terminal, none cropped at its edge (each ends in the table's border).
+        assert all(len(line) <= width and line[-1] in "┓┃┩│┘" for line in rows), (width, text)
+        for label in ("quantile=p95", "stage=batch_wait", "signal=queue_depth", "length=len:notes"):
+            assert label in text, (width, label)  # each label whole on its line
