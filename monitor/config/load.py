@@ -3,12 +3,15 @@ bad value. All durations accept `30s`, `5m`, `1h`, `1d` or a number of seconds."
 
 from __future__ import annotations
 
+import difflib
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from monitor.config.fields import ConfigError
 from monitor.config.model import Config, Storage
@@ -18,7 +21,7 @@ ENV_CONFIG = "TAILWATCH_CONFIG"
 _UNION_TAGS = ("files", "sql")
 
 
-def _format_errors(exc: ValidationError) -> str:
+def _format_errors(exc: ValidationError, root: type[BaseModel] = Config) -> str:
     lines = []
     for err in exc.errors():
         path = ""
@@ -30,8 +33,48 @@ def _format_errors(exc: ValidationError) -> str:
         # Custom messages already name the bad value; built-in ones get it appended.
         if err["type"] not in ("value_error", "missing"):
             msg += f" (got {err.get('input')!r:.80})"
+        if err["type"] == "extra_forbidden" and err["loc"]:
+            known = _keys_at(root, err["loc"][:-1])
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+            msg += f"; did you mean {close[0]!r}?" if close else f"; known here: {', '.join(sorted(known))}"
         lines.append(f"{path or 'config'}: {msg}")
     return "\n".join(lines)
+
+
+def _keys_at(root: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the section at `loc` (a pydantic error location, below `root`) accepts, as written."""
+    kinds: list[Any] = [root]
+    for part in loc:
+        kinds = [t for kind in kinds for t in _step(kind, part)]
+    return sorted({f.alias or name for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseModel)
+                   for name, f in kind.model_fields.items()})
+
+
+def _step(kind: Any, part: Any) -> list[Any]:
+    """The types one step of an error location leads to from `kind`: a model's field, a list's item, a
+    mapping's value, or the member of a union its tag names."""
+    members = [kind]
+    while any(typing.get_origin(m) in (typing.Union, types.UnionType, typing.Annotated) for m in members):
+        members = [a for m in members for a in ((typing.get_args(m)[:1] if typing.get_origin(m) is typing.Annotated
+                                                 else typing.get_args(m))
+                                                if typing.get_origin(m) in (typing.Union, types.UnionType,
+                                                                            typing.Annotated) else (m,))]
+    out = []
+    for m in members:
+        origin = typing.get_origin(m)
+        if isinstance(m, type) and issubclass(m, BaseModel):
+            if part in _UNION_TAGS:
+                tag = m.model_fields.get("kind")
+                out += [m] if tag is not None and part in typing.get_args(tag.annotation) else []
+            else:
+                field = m.model_fields.get(part) or next(
+                    (f for f in m.model_fields.values() if f.alias == part), None)
+                out += [field.annotation] if field is not None else []
+        elif origin in (list, tuple) and isinstance(part, int):
+            out += list(typing.get_args(m)[:1])
+        elif origin is dict:
+            out += list(typing.get_args(m)[1:2])
+    return out
 
 
 def load(path: str | os.PathLike | None = None) -> Config:
@@ -48,7 +91,7 @@ def load_storage(path: str | os.PathLike | None = None) -> Storage:
     try:
         return Storage.model_validate({} if section is None else section, context={"base_dir": path.parent})
     except ValidationError as exc:
-        raise ConfigError("\n".join(f"storage.{line}" for line in _format_errors(exc).splitlines())) from None
+        raise ConfigError("\n".join(f"storage.{line}" for line in _format_errors(exc, Storage).splitlines())) from None
 
 
 def _read(path: str | os.PathLike | None) -> tuple[Path, Any]:

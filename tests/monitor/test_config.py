@@ -46,6 +46,28 @@ def test_field_errors(tmp_path, patch, expected):
     assert expected in error_of({"services": [service(tmp_path) | patch]}, tmp_path)
 
 
+def test_an_unknown_key_names_the_one_meant(tmp_path):
+    def error(**patch):
+        svc = service(tmp_path)
+        svc["sources"]["predictions"] |= patch.pop("source", {})
+        return error_of({"services": [svc | patch.pop("service", {})], **patch}, tmp_path)
+
+    # A misspelt key names the one meant, wherever it sits: a section, a list item, a source of either kind.
+    assert "daemon.intervall: Extra inputs are not permitted (got '1m'); did you mean 'interval'?" \
+        in error(daemon={"intervall": "1m"})
+    assert "services[0].schema.clases: Extra inputs are not permitted (got ['a', 'b']); did you mean 'classes'?" \
+        in error(service={"schema": {"clases": ["a", "b"]}})
+    assert "services[0].sources.predictions.patern: Extra inputs are not permitted (got '*.csv'); did you mean " \
+        "'pattern'?" in error(source={"patern": "*.csv"})
+    assert "storage.ulr: Extra inputs are not permitted (got 'sqlite:///x.db'); did you mean 'url'?" \
+        in error(storage={"ulr": "sqlite:///x.db"})
+    # Nothing close: the keys the section takes, as written (`for`, not the model's `for_`).
+    said = error(service={"zzzz": 1})
+    assert "services[0].zzzz: Extra inputs are not permitted (got 1); known here: accepted_versions, baseline," in said
+    assert "known here: burn_rate, for, keep_firing_for," in error(
+        service={"rules": [{"name": "r", "slo": "errors", "qqqq": "5m"}]})
+
+
 def test_unique_service_names(tmp_path):
     assert "repeated: ['churn']" in error_of({"services": [service(tmp_path), service(tmp_path)]}, tmp_path)
 
