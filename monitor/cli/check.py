@@ -59,7 +59,8 @@ def print_sample(sample, console: Console = out) -> None:
     for line in sample.warnings:
         console.print(Text("warning: ", style="bold red") + Text(line))
     if sample.unused:
-        console.print(Text(f"columns no field is read from: {', '.join(sample.unused)} (map them with `columns:`)",
+        console.print(Text(f"columns no field is read from: {', '.join(sample.unused)} (a contract field's column: "
+                           "map it under `columns:`; a feature, segment or signal: name it under `schema`)",
                            style="yellow"))
     if sample.reasons:
         reasons = Table(show_header=True, header_style="bold", box=None, pad_edge=False)

@@ -4,6 +4,7 @@ rows, the first offending field and its line as written. `tailwatch check-logs` 
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -130,7 +131,24 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
     unused = [c for c in present if c not in used]
     where = str(source.path) if isinstance(source, FileSource) else source.table
     return SourceSample(service.name, kind.value, where, read, accepted, fields, reasons, unused,
-                        _warnings(kind, source, read, fields))
+                        _warnings(kind, source, read, fields) + _undeclared(kind, service, fields, unused))
+
+
+def _undeclared(kind: RecordKind, service: Service, fields: list[FieldSample], unused: list[str]) -> list[str]:
+    """Schema columns (features, segments, signals) not in the logs, each with the unread column most like
+    its name: a schema names columns as the logs do, so the fix is there, not in `columns:`."""
+    if kind != RecordKind.predictions:
+        return []
+    schema = service.schema_
+    declared = {**{n: "feature" for n in schema.features}, **{n: "segment" for n in schema.segments},
+                **{n: "signal" for n in schema.signals}}
+    out = []
+    for f in fields:
+        if f.field in declared and not f.found:
+            close = difflib.get_close_matches(f.field, unused, n=1, cutoff=0.5)
+            out.append(f"schema {declared[f.field]} {f.field}: no such column in the logs"
+                       + (f"; they have {close[0]}: declare it under schema by that name" if close else ""))
+    return out
 
 
 def _warnings(kind: RecordKind, source: FileSource | SqlSource, read: int, fields: list[FieldSample]) -> list[str]:

@@ -192,6 +192,17 @@ def test_check_logs_with_the_mapping(cli, tmp_path):
     assert '"status": "[bold red]boom[/]"' in table.output
 
 
+def test_check_logs_names_the_column_a_schema_feature_is_written_as(cli, tmp_path):
+    write_logs(tmp_path)
+    raw = raw_config(tmp_path, mapped=True)
+    raw["services"][0]["schema"]["features"] = {"amount": "numeric", "merchant_type": "categorical"}
+    (tmp_path / "tailwatch.yaml").write_text(yaml.safe_dump(raw))
+    preds, _ = json.loads(cli("check-logs", "--now", NOW.isoformat(), "--format", "json").output)
+    assert preds["warnings"] == ["schema feature merchant_type: no such column in the logs; they have merchant: "
+                                 "declare it under schema by that name"]
+    assert "merchant" in preds["unused_columns"]
+
+
 def test_check_logs_names_the_unit_a_time_or_a_latency_is_written_in(cli, tmp_path):
     write_logs(tmp_path)
     raw = raw_config(tmp_path, mapped=True)
