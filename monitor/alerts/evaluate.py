@@ -19,7 +19,15 @@ from datetime import datetime
 from typing import Any
 
 from monitor.alerts.alert import ACTIVE_STATES, Alert, AlertsReport, Sample, fingerprint
-from monitor.alerts.group import Action, OpenIncident, dispatch, group_labels, notify_group, span_incident
+from monitor.alerts.group import (
+    Action,
+    OpenIncident,
+    attach_verdicts,
+    dispatch,
+    group_labels,
+    notify_group,
+    span_incident,
+)
 from monitor.alerts.lifecycle import transition
 from monitor.alerts.samples import eval_windows, service_samples
 from monitor.alerts.silence import muted_by
@@ -138,6 +146,8 @@ def _apply(session, store: Store, samples: list[Sample], services: set[str], set
         if incident is not None:
             span_incident(incident, members)  # a backfill may have moved the onset while nothing is sent
         if decision.action == Action.NONE:
+            if incident is not None:
+                attach_verdicts(session, store, incident, now)  # its windows scored since it last notified
             continue
         report.enqueued += notify_group(session, store, decision, group_fp, labels, members, muted, incident, settings, now)
     report.firing = sum(a.state == "firing" for a in alerts.values())

@@ -145,11 +145,7 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
         # Why it resolved, from the alert the message leads with: fixed, rolled back, or no traffic.
         summary["resolution"] = (head.annotations.get("resolution") if head else None) or "every alert resolved"
     incident.summary = summary
-    if incident.model_version:
-        # The verdicts of the incident's windows point at it, for `tailwatch explain`.
-        store.verdicts.attach(session, incident.id, incident.service, incident.model_version,
-                              incident.first_window_start or incident.opened_at, now,
-                              ("slower", "worse", "both", "drift"))
+    attach_verdicts(session, store, incident, now)
     if settings.slack is None and settings.alertmanager is None:
         # No notifier configured: the incident is tracked (`tailwatch alerts` shows it), but nothing is
         # queued that no sender would ever drain.
@@ -174,6 +170,15 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
         written += 1
     session.flush()
     return written
+
+
+def attach_verdicts(session, store: Store, incident: Incident, now: datetime) -> None:
+    """Point the regression and drift verdicts of the incident's windows up to `now` at it (for `tailwatch
+    explain` and `query verdicts --incident`): every tick it is open, not only the ticks that notify."""
+    if incident.model_version:
+        store.verdicts.attach(session, incident.id, incident.service, incident.model_version,
+                              incident.first_window_start or incident.opened_at, now,
+                              ("slower", "worse", "both", "drift"))
 
 
 def span_incident(incident: Incident, members: Sequence[Alert]) -> None:

@@ -69,6 +69,17 @@ query_app = typer.Typer(no_args_is_help=True, help="Query stored results (read-o
                         "quarantine, verdicts, incidents, SQL, and the raw logs.")
 
 
+def _with_length(frame: pd.DataFrame, fmt: str) -> pd.DataFrame:
+    """`frame` with a `window` column (its length, 15m or 1h) for a table: windows of several lengths start at
+    the same times, and the length tells their rows apart."""
+    from monitor.durations import duration_text
+
+    if fmt != "table" or frame.empty:
+        return frame
+    return frame.assign(window=[duration_text(e - s) for s, e in zip(frame["window_start"], frame["window_end"],
+                                                                    strict=True)])
+
+
 @query_app.command("findings")
 def query_findings(
     service: Service = None, since: Since = None, until: Until = None, version: Version = None,
@@ -99,11 +110,7 @@ def query_findings(
     if group_by:
         emit(q.group_findings(frame, split_list(group_by)), fmt, out, title=f"findings of {svc.name} by {group_by}")
         return
-    if fmt == "table" and len(frame):
-        # Windows of several lengths start at the same time: the length tells their rows apart.
-        frame = frame.assign(window=[duration_text(e - s) for s, e in zip(frame["window_start"], frame["window_end"],
-                                                                         strict=True)])
-    emit(frame, fmt, out, title=f"findings of {svc.name}", json_records=q.finding_records,
+    emit(_with_length(frame, fmt), fmt, out, title=f"findings of {svc.name}", json_records=q.finding_records,
          columns=["window_start", "window", "check", "labels", "status", "value", "baseline", "model_version", "n",
                   "window_end", "interval_low", "interval_high"], severity=("status", q.STATUS_RANK))
 
@@ -182,8 +189,8 @@ def query_verdicts(
     start, end = parse_range(since, until)
     frame = _run(lambda: q.verdicts(store, svc.name, since=start, until=end, model_version=version,
                                     verdict=verdict, incident_id=incident))
-    emit(frame, fmt, out, title=f"verdicts of {svc.name}", json_records=q.verdict_records,
-         columns=["window_start", "verdict", "model_version", "incident_id", "evidence", "estimated",
+    emit(_with_length(frame, fmt), fmt, out, title=f"verdicts of {svc.name}", json_records=q.verdict_records,
+         columns=["window_start", "window", "verdict", "model_version", "incident_id", "evidence", "estimated",
                   "window_end"], severity=("verdict", q.VERDICT_RANK))
 
 

@@ -125,8 +125,8 @@ def cell(value: Any, whole: bool = False, cut: bool = True) -> str:
     value = jsonable(value)
     if value is None:
         return "-"
-    if whole:
-        return str(value)
+    if whole:  # an id read back as a float beside missing ones (1.0) is still the id 1
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):

@@ -119,6 +119,23 @@ def test_slower_episode_pages_once_and_resolves_across_restarts(open_store, tmp_
     assert post == f"incident:{inc['id']}:rev:1:post"
 
 
+def test_an_open_incident_claims_each_window_as_it_is_scored_not_only_when_it_notifies(open_store, tmp_path):
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", alerts={"verdict": {"for": "15m"}})
+    for k, shape in enumerate(SLOWER_EPISODE):
+        write_window(open_store(), k, shape)
+    for k in range(1, 7):  # tick 4 posts; ticks 5 and 6 say nothing new (the incident stays open)
+        report = after_tick(config, open_store(), at(k))
+    assert [d["action"] for d in report.decisions] == ["none"] and [kind for kind, _ in outbox(open_store())] == ["post"]
+    store = open_store()
+    with store.transaction() as session:
+        [inc] = store.incidents.load(session, "churn")
+        verdicts = store.verdicts.load(session, "churn")
+    assert inc["status"] == "open"
+    # Windows 2-5 are slower: 4 and 5 were scored after the post, and point at the incident all the same.
+    assert sorted(v["window_start"] for v in verdicts if v["incident_id"] == inc["id"]) == [T0 + k * W
+                                                                                          for k in range(2, 6)]
+
+
 @pytest.mark.parametrize("gap", ["first start", "restart"])
 def test_an_episode_inside_a_backlog_opens_and_resolves_as_it_would_have_live(open_store, tmp_path, gap):
     """The whole slower episode lies in windows one tick scored (a first start on a backlog, or a restart
