@@ -36,31 +36,35 @@ def _format_errors(exc: ValidationError, root: type[BaseModel] = Config) -> str:
         if err["type"] == "extra_forbidden" and err["loc"]:
             known = _keys_at(root, err["loc"][:-1])
             close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
-            msg += f"; did you mean {close[0]!r}?" if close else f"; known here: {', '.join(sorted(known))}"
+            msg += f"; did you mean {close[0]!r}?" if close else f"; known here: {', '.join(known)}"
         lines.append(f"{path or 'config'}: {msg}")
     return "\n".join(lines)
 
 
 def _keys_at(root: type[BaseModel], loc: tuple) -> list[str]:
-    """The keys the section at `loc` (a pydantic error location, below `root`) accepts, as written."""
+    """The keys the section at `loc` (a pydantic error location, below `root`) accepts, as written, sorted."""
     kinds: list[Any] = [root]
     for part in loc:
         kinds = [t for kind in kinds for t in _step(kind, part)]
-    return sorted({f.alias or name for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseModel)
-                   for name, f in kind.model_fields.items()})
+    return sorted({f.alias or name for kind in kinds for m in _members(kind)
+                   if isinstance(m, type) and issubclass(m, BaseModel) for name, f in m.model_fields.items()})
+
+
+def _members(kind: Any) -> list[Any]:
+    """`kind` without its Annotated metadata, as the members of its union (`Quality | None`: Quality, None)."""
+    origin = typing.get_origin(kind)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(kind)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(kind) for m in _members(arg)]
+    return [kind]
 
 
 def _step(kind: Any, part: Any) -> list[Any]:
     """The types one step of an error location leads to from `kind`: a model's field, a list's item, a
     mapping's value, or the member of a union its tag names."""
-    members = [kind]
-    while any(typing.get_origin(m) in (typing.Union, types.UnionType, typing.Annotated) for m in members):
-        members = [a for m in members for a in ((typing.get_args(m)[:1] if typing.get_origin(m) is typing.Annotated
-                                                 else typing.get_args(m))
-                                                if typing.get_origin(m) in (typing.Union, types.UnionType,
-                                                                            typing.Annotated) else (m,))]
     out = []
-    for m in members:
+    for m in _members(kind):
         origin = typing.get_origin(m)
         if isinstance(m, type) and issubclass(m, BaseModel):
             if part in _UNION_TAGS:

@@ -66,6 +66,9 @@ def test_an_unknown_key_names_the_one_meant(tmp_path):
     assert "services[0].zzzz: Extra inputs are not permitted (got 1); known here: accepted_versions, baseline," in said
     assert "known here: burn_rate, for, keep_firing_for," in error(
         service={"rules": [{"name": "r", "slo": "errors", "qqqq": "5m"}]})
+    # An optional section (`quality: Quality | None`) lists its keys too.
+    assert "services[0].quality.qqqq: Extra inputs are not permitted (got 1); known here: accepted_version," in error(
+        service={"quality": {"windows": ["1d"], "qqqq": 1}})
 
 
 def test_unique_service_names(tmp_path):
