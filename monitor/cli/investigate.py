@@ -29,6 +29,7 @@ from monitor.cli.common import (
 )
 from monitor.cli.progress import progress
 from monitor.config import ConfigError
+from monitor.durations import duration_text
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
 from monitor.investigate.output import (
@@ -72,8 +73,6 @@ query_app = typer.Typer(no_args_is_help=True, help="Query stored results (read-o
 def _with_length(frame: pd.DataFrame, fmt: str) -> pd.DataFrame:
     """`frame` with a `window` column (its length, 15m or 1h) for a table: windows of several lengths start at
     the same times, and the length tells their rows apart."""
-    from monitor.durations import duration_text
-
     if fmt != "table" or frame.empty:
         return frame
     return frame.assign(window=[duration_text(e - s) for s, e in zip(frame["window_start"], frame["window_end"],
@@ -94,7 +93,6 @@ def query_findings(
     """Check results per window: value, baseline, n, interval; or counts per group."""
     from checks.catalog import names
     from monitor.config import parse_duration
-    from monitor.durations import duration_text
 
     _, svc, store = _setup(service, version)
     start, end = parse_range(since, until)

@@ -432,37 +432,37 @@ def render(result: Explanation, console: Console) -> None:
     if pointers:
         lines.append("points at: " + "; ".join(pointers))
     console.print(Panel("\n".join(lines), title=f"incident {inc['id']}", expand=False))
+
+    def shown(frame: pd.DataFrame, title: str, columns: list[str]) -> None:  # fits the terminal; JSON has all
+        console.print(table(frame, title, columns, width=console.width, every="--format json"))
+
     if result.evidence:
         worded = pd.DataFrame([{**parts(e), "windows": e.get("windows")} for e in result.evidence])
-        console.print(table(worded, "evidence, strongest first (effect size across checks)",
-                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"],
-                            width=console.width, every="--format json"))
+        shown(worded, "evidence, strongest first (effect size across checks)",
+              ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"])
     if result.stages:
-        console.print(table(pd.DataFrame(result.stages),
-                            f"latency per stage (ms): before = {result.before[0]:%H:%M}-{result.before[1]:%H:%M} "
-                            f"({result.requests[0]:,} requests), during = the incident's windows "
-                            f"({result.requests[1]:,} requests)",
-                            # p95 first: the verdict's figure, and what stays at 80 columns.
-                            ["stage", "p95_before", "p95_during", "p95_change_ms", "share_of_increase",
-                             "p50_before", "p50_during", "p99_before", "p99_during"], width=console.width, every="--format json"))
+        shown(pd.DataFrame(result.stages),
+              f"latency per stage (ms): before = {result.before[0]:%H:%M}-{result.before[1]:%H:%M} "
+              f"({result.requests[0]:,} requests), during = the incident's windows ({result.requests[1]:,} requests)",
+              # p95 first: the verdict's figure, and what stays at 80 columns.
+              ["stage", "p95_before", "p95_during", "p95_change_ms", "share_of_increase", "p50_before", "p50_during",
+               "p99_before", "p99_during"])
     if result.cache:
         c = result.cache
-        console.print(table(pd.DataFrame(c["stages"]),
-                            f"cache hits vs misses, mean ms per request: miss share {c['miss_share_before']:.1%} "
-                            f"before, {c['miss_share_during']:.1%} during; of the {c['mean_ms_during'] - c['mean_ms_before']:+.2f} ms "
-                            f"mean change, more misses add {c['from_misses_ms']:+.2f} ms and slower requests "
-                            f"{c['from_slower_requests_ms']:+.2f} ms",
-                            ["stage", "hit_ms", "miss_ms", "hit_ms_during", "miss_ms_during", "from_misses_ms"],
-                            width=console.width, every="--format json"))
+        shown(pd.DataFrame(c["stages"]),
+              f"cache hits vs misses, mean ms per request: miss share {c['miss_share_before']:.1%} "
+              f"before, {c['miss_share_during']:.1%} during; of the {c['mean_ms_during'] - c['mean_ms_before']:+.2f} ms "
+              f"mean change, more misses add {c['from_misses_ms']:+.2f} ms and slower requests "
+              f"{c['from_slower_requests_ms']:+.2f} ms",
+              ["stage", "hit_ms", "miss_ms", "hit_ms_during", "miss_ms_during", "from_misses_ms"])
     # The affected parts not in the evidence already: a section never repeats another.
     cited = {(e["check"], _key(e.get("labels"))) for e in result.evidence}
     affected = [{**parts({**a, "interval_low": (a.get("interval") or [None, None])[0],
                           "interval_high": (a.get("interval") or [None, None])[1]}), "windows": a["windows"]}
                 for a in result.affected if (a["check"], _key(a.get("labels"))) not in cited]
     if affected:
-        console.print(table(pd.DataFrame(affected), "also affected: segments, classes, groups and fields",
-                            ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"],
-                            width=console.width, every="--format json"))
+        shown(pd.DataFrame(affected), "also affected: segments, classes, groups and fields",
+              ["check", "labels", "value", "baseline", "change", "n", "interval", "windows"])
     if result.what_changed:
         console.print("[bold]what changed[/]")
         for c in result.what_changed:

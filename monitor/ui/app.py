@@ -58,7 +58,7 @@ def create_app(cfg: Config, store: Store, clock: Callable[[], datetime] = lambda
         q = request.query_params
         filters = run(lambda: views.Filters(**{k: q.get(k) or None for k in ("service", "version", "verdict",
                                                                               "severity", "status")}))
-        rows = run(lambda: {"rows": views.incident_list(cfg, store, filters, clock())})["rows"]
+        rows = run(lambda: views.incident_list(cfg, store, filters, clock()))
         return page("incidents.html", rows=rows, filters=filters, choices=views.CHOICES)
 
     def incident(request: Request) -> Response:
