@@ -109,3 +109,37 @@ def test_hour_blocks_merge_as_the_buckets_do():
         assert (mine.pos, mine.neg, mine.zero, mine.count, mine.min, mine.max) == (
             sk.pos, sk.neg, sk.zero, sk.count, sk.min, sk.max)
         assert mine.sum == pytest.approx(sk.sum, rel=1e-12) and mine.sumsq == pytest.approx(sk.sumsq, rel=1e-12)
+
+
+def test_a_field_drifting_in_every_window_keeps_the_serving_baseline(store):
+    # A field whose every window drifts from the reference (here a value the reference never had) breaches
+    # the drift checks each hour; those findings are judged against the reference, not the serving
+    # history, so they must not take the windows out of the latency baseline: a later slowdown is `slower`.
+    from monitor.aggregate.profile import build_profile
+    from monitor.schema import Schema
+    from monitor.verdicts.verdict import decide
+    from monitor.verdicts.windows import store_scored
+
+    rng = np.random.default_rng(3)
+    schema = Schema(features={"plan": "categorical", "x": "numeric"})
+    reference = pd.DataFrame({"plan": rng.choice(["basic", "gold"], 2000), "x": rng.normal(0, 1, 2000)})
+    profile = build_profile(reference, schema)
+    first = START - 30 * HOUR
+    frames = []
+    for h in range(33):
+        hour = hour_of(first + h * HOUR, 40.0 if h >= 30 else 10.0, 300, rng)
+        frames.append(hour.assign(plan=rng.choice(["basic", "gold", "platinum"], 300), x=rng.normal(0, 1, 300)))
+    rows = fold(pd.concat(frames, ignore_index=True), HOUR, [], timed=False, schema=schema, profile=profile)
+    with store.transaction() as session:
+        store.partials.upsert(session, "svc", rows, merge_bytes)
+    verdicts = {}
+    for h in range(33):  # one tick an hour, as the daemon scores them
+        start = first + h * HOUR
+        [scored] = score(store, "svc", profile, [(start, start + HOUR)])
+        store_scored(store, "svc", [scored], None)
+        findings = [f.to_row("svc", "v1", start, start + HOUR, None) for f in scored.findings]
+        verdicts[h] = decide(findings, service="svc", model_version="v1", window_start=start,
+                             window_end=start + HOUR, now=start + HOUR)
+    assert all(any(e.check in ("unseen_categories", "feature_drift") for e in verdicts[h].evidence)
+               or verdicts[h].verdict == "drift" for h in range(24, 30))
+    assert [verdicts[h].verdict for h in range(30, 33)] == ["slower"] * 3, [verdicts[h].summary for h in range(30, 33)]
