@@ -12,12 +12,14 @@ from typing import Annotated, Any, Literal
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from monitor.cli.common import (
     Format,
     Service,
+    err,
     fail,
     known_version,
     load_config,
@@ -361,11 +363,24 @@ def explain_cmd(
     service: Service = None, fmt: Format = "table",
 ) -> None:
     """Explain an incident: verdict, evidence chain, stage latency before and during, what changed, next queries."""
-    from monitor.investigate.explain import explain, render
+    from dataclasses import replace
 
-    _, svc, store = _setup(service)
+    from monitor.investigate.explain import explain, render
+    from monitor.investigate.logs import LogsError, stages_by_value
+
+    cfg, svc, store = _setup(service)
     groups = svc.quality.groups if svc.quality is not None else {}
     result = _run(lambda: explain(store, svc.name, incident, groups=groups))
+    hot = result.named.get("hotspots") or []
+    if hot and result.window is not None:
+        # The hot value's stages come from the raw logs: the stored partials time each routing value in total.
+        field, _, value = hot[0].partition("=")
+        try:
+            by_value = stages_by_value(svc, cfg.limits, field=field, value=value, before=result.before,
+                                       during=result.window, model_version=result.incident.get("model_version"))
+            result = replace(result, hotspot=by_value.as_dict())
+        except (LogsError, OSError) as exc:
+            err.print(f"[dim]no per-stage latency of {escape(hot[0])}: {escape(str(exc))}[/]")
     if fmt == "json":
         sys.stdout.write(dumps(q.jsonable(result.as_dict()), indent=2) + "\n")
     else:

@@ -22,7 +22,7 @@ from monitor.aggregate.keys import CACHE_TIME, LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import Partial
 from monitor.investigate import history, query
 from monitor.investigate.output import table
-from monitor.verdicts.evidence import parts, ranked
+from monitor.verdicts.evidence import NAMED_VALUE, named_labels, named_values, parts, ranked
 from storage.store import Store
 
 BEFORE = timedelta(hours=2)  # the "before" of the latency decomposition: this long before the first window
@@ -64,6 +64,9 @@ class Explanation:
     before: tuple[datetime, datetime] | None = None
     requests: tuple[int, int] | None = None  # requests before and during, the stages' sample sizes
     cache: dict[str, Any] | None = None
+    # The hot routing value's per-stage latency beside the other values' (`logs.ByValue` as a dict), from
+    # the raw logs: the caller that can read them fills it in.
+    hotspot: dict[str, Any] | None = None
     # The merged partials before and during (None: no rows) the figures above come from, for a caller that
     # draws them; not part of the answer (as_dict leaves them out).
     spans: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)
@@ -93,6 +96,12 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
     if not labelled.empty:  # as records: concat warns on the all-None columns of either frame
         findings = pd.DataFrame(findings.to_dict("records") + labelled.to_dict("records"), columns=findings.columns)
     breaches = findings[findings["status"] == "breach"]
+    # A hotspot's value (`replica=api-2`) is in its detail, read for those findings only (the costly column).
+    named = pd.concat([query.findings(store, service, since=first, until=last, model_version=version, check=c,
+                                      status="breach", detail=True) for c in NAMED_VALUE])
+    details = dict(zip(named["id"], named["detail"], strict=True))
+    breaches = breaches.assign(labels=[named_labels(c, lab, details.get(i)) for c, lab, i in zip(
+        breaches["check"], breaches["labels"], breaches["id"], strict=True)])
 
     # The merged partials before (every version: what served then) and during (the incident's version),
     # read once for the latency decomposition and the cache split.
@@ -335,7 +344,8 @@ def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], ch
         stages = (items or {}).get("stages") or {}
         if stages and verdict in ("slower", "both"):
             stage = items.get("top_stage") or max(stages, key=stages.get)  # the verdict's own, at its breaching quantile
-    labelled = affected + [e for e in evidence if e.get("check") != "latency"]
+    # A hotspot's `field` is a routing field (replica), not an input: it is named by its hot value.
+    labelled = [e for e in affected + evidence if e.get("check") not in ("latency", "hotspot")]
     cache = any(e.get("check") in ("cache_hit_rate", "stale_cache") for e in evidence + affected) or any(
         c.get("kind") == "cache" for c in changed)
 
@@ -351,7 +361,7 @@ def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], ch
     increase = cache_split and cache_split["mean_ms_during"] - cache_split["mean_ms_before"]
     path = (cache_split["skipped_by_hits"] if cache and increase and increase > 0
             and cache_split["from_misses_ms"] >= MIX_SHARE * increase else [])
-    return {"stage": stage, "cache_path": path,
+    return {"stage": stage, "cache_path": path, "hotspots": named_values(affected + evidence),
             "fields": values("field") + ["cache_hit"] * cache, "segments": values("segment"),
             "classes": values("class"), "groups": values("group"), "signals": values("signal"),
             "outputs": values("output"),
@@ -366,7 +376,7 @@ def _fallback_summary(inc: dict, named: dict) -> str:
         parts.append(f"stage {named['stage']}")
     if named.get("cache_path"):
         parts.append(f"cache misses now run {', '.join(named['cache_path'])}")
-    for key in ("fields", "segments", "classes", "groups"):
+    for key in ("hotspots", "fields", "segments", "classes", "groups"):
         if named.get(key):
             parts.append(f"{key[:-1]} {', '.join(named[key][:3])}")
     return "; ".join(parts)
@@ -391,6 +401,8 @@ def _next_queries(service: str, incident_id: int, version: str | None, first: da
         out.append(f"tailwatch query findings -s {service} {span} --check latency --label stage={stage}")
     else:
         out.append(f"tailwatch query logs -s {service} {span} --top 20")
+    for hot in named.get("hotspots", [])[:1]:
+        out.append(f"tailwatch query findings -s {service} {span} --check hotspot --label field={hot.split('=')[0]}")
     for f in named.get("fields", [])[:2]:
         out.append(f"tailwatch query findings -s {service} {span} --label field={f}")
     for seg in named.get("segments", [])[:2]:
@@ -424,7 +436,7 @@ def render(result: Explanation, console: Console) -> None:
     if named.get("cache_path"):
         pointers.append(f"cache misses now run [bold]{escape(', '.join(named['cache_path']))}[/]")
     pointers += [f"{k[:-1]} [bold]{escape(', '.join(map(str, named[k][:4])))}[/]"
-                 for k in ("fields", "segments", "classes", "signals", "outputs", "versions") if named.get(k)]
+                 for k in ("hotspots", "fields", "segments", "classes", "signals", "outputs", "versions") if named.get(k)]
     defined = named.get("group_definitions") or {}
     if named.get("groups"):
         pointers.append("group " + ", ".join(f"[bold]{escape(g)}[/]" + (f" ({escape(defined[g])})" if g in defined
@@ -455,6 +467,13 @@ def render(result: Explanation, console: Console) -> None:
               f"mean change, more misses add {c['from_misses_ms']:+.2f} ms and slower requests "
               f"{c['from_slower_requests_ms']:+.2f} ms",
               ["stage", "hit_ms", "miss_ms", "hit_ms_during", "miss_ms_during", "from_misses_ms"])
+    if result.hotspot and result.hotspot["stages"]:
+        h, n = result.hotspot, result.hotspot["requests"]
+        shown(pd.DataFrame(h["stages"]), f"{h['field']}={h['value']} ({n['before']:,} requests before, "
+              f"{n['during']:,} during) vs the other {h['field']}s ({n['others_before']:,}, "
+              f"{n['others_during']:,}): latency per stage (ms) from the raw logs",
+              ["stage", "p95_before", "p95_during", "others_p95_before", "others_p95_during", "p50_before",
+               "p50_during", "others_p50_before", "others_p50_during"])
     # The affected parts not in the evidence already: a section never repeats another.
     cited = {(e["check"], _key(e.get("labels"))) for e in result.evidence}
     affected = [{**parts({**a, "interval_low": (a.get("interval") or [None, None])[0],

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +29,7 @@ DIMENSIONS = ("model_version", "status", "replica", "route", "expert", "config_h
 # Beyond the contract's own: what a drill-down row shows (never a feature value unless asked).
 SHOWN = ("request_id", "ts", "model_version", "status", "latency_ms") + tuple(
     c for c in NUMERIC_OPTIONAL + STRING_OPTIONAL + BOOL_OPTIONAL if c not in ("prediction", "threshold"))
+AGGREGATES = ["dimension", "value", "requests", "share", "share_of_all", "lift", "p95_ms", "others_p95_ms"]
 
 
 class LogsError(ValueError):
@@ -148,28 +150,108 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
     first = ["request_id", "ts", "model_version", "status", measure]
     rest = [c for c in ranked.columns if c not in first]
     top_rows = ranked.head(top)[first + rest].reset_index(drop=True)
-    return Drill(top_rows, _aggregates(ranked, preds, schema), len(ranked), len(preds), stage, min_ms,
-                 dict(skipped))
+    return Drill(top_rows, _aggregates(ranked, preds, schema, rows, measure), len(ranked), len(preds), stage,
+                 min_ms, dict(skipped))
 
 
-def _aggregates(matched: pd.DataFrame, everyone: pd.DataFrame, schema: Schema) -> pd.DataFrame:
-    """Per dimension value: matching requests, their share among matches and among all requests, lift."""
+def _aggregates(matched: pd.DataFrame, everyone: pd.DataFrame, schema: Schema, timed: pd.DataFrame,
+                measure: str) -> pd.DataFrame:
+    """Per dimension value: matching requests, their share among matches and among all requests, lift; and
+    the p95 of `measure` (ms) of the requests in range with that value beside that of the others (`timed`:
+    the requests in range that carry the measure, whatever `min_ms`)."""
     rows = []
     for dim in [*DIMENSIONS, *schema.segments]:
         if dim not in everyone or dim not in matched:
             continue
         all_counts = everyone[dim].astype(str).value_counts()
         hit_counts = matched[dim].astype(str).value_counts()
+        p95 = _p95_by_value(timed[dim].astype(str).to_numpy(dtype=object), timed[measure].to_numpy(dtype=float))
         for value, k in hit_counts.items():
             share = k / len(matched)
             base = all_counts.get(value, 0) / len(everyone)
+            mine, others = p95.get(value, (None, None))
             rows.append({"dimension": dim, "value": value, "requests": int(k), "share": share,
-                         "share_of_all": base, "lift": share / base if base else None})
-    frame = pd.DataFrame(rows, columns=["dimension", "value", "requests", "share", "share_of_all", "lift"])
+                         "share_of_all": base, "lift": share / base if base else None,
+                         "p95_ms": mine, "others_p95_ms": others})
+    frame = pd.DataFrame(rows, columns=AGGREGATES)
     return frame.sort_values(["lift", "requests"], ascending=False, kind="stable", ignore_index=True)
+
+
+def _p95_by_value(values: np.ndarray, ms: np.ndarray) -> dict[str, tuple[float | None, float | None]]:
+    """Per value: the p95 (ms) of the requests with it and of those without it (None: no such request)."""
+    def p95(x: np.ndarray) -> float | None:
+        return float(np.quantile(x, 0.95)) if len(x) else None
+
+    codes, uniques = pd.factorize(values)
+    return {str(u): (p95(ms[codes == i]), p95(ms[codes != i])) for i, u in enumerate(uniques)}
 
 
 def _empty(stage: str | None, min_ms: float | None, skipped: Counter) -> Drill:
     return Drill(pd.DataFrame(columns=["request_id", "ts", "model_version", "status"]),
-                 pd.DataFrame(columns=["dimension", "value", "requests", "share", "share_of_all", "lift"]),
-                 0, 0, stage, min_ms, dict(skipped))
+                 pd.DataFrame(columns=AGGREGATES), 0, 0, stage, min_ms, dict(skipped))
+
+
+@dataclass(frozen=True)
+class ByValue:
+    """Per stage (`total`: latency_ms), the p50 / p95 (ms) of the requests whose `field` is `value` and of
+    the others, before and during; `requests`: how many of each the figures rest on."""
+
+    field: str
+    value: str
+    stages: pd.DataFrame
+    requests: dict[str, int]
+
+    def as_dict(self) -> dict:
+        return {"field": self.field, "value": self.value, "requests": self.requests,
+                "stages": self.stages.to_dict("records")}
+
+
+def stages_by_value(service: Service, limits: Limits, *, field: str, value: str,
+                    before: tuple[datetime, datetime], during: tuple[datetime, datetime],
+                    model_version: str | None = None, now: datetime | None = None) -> ByValue:
+    """The per-stage latency of routing `field` = `value` against the other values' in [before) and
+    [during) (during: of `model_version` only, when given), read from the raw logs: the stored partials
+    keep latency per routing value for the total only. Empty stages when the logs no longer hold the rows."""
+    now = now or datetime.now(UTC)
+    schema, skipped = service.schema_, Counter()
+    wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | set(schema.features)
+    preds = _read(service.sources.predictions, f"{service.name}/predictions", RecordKind.predictions,
+                  schema, limits, wanted, now, skipped)
+    columns = ["stage", "p95_before", "p95_during", "others_p95_before", "others_p95_during", "p50_before",
+               "p50_during", "others_p50_before", "others_p50_during"]
+    if preds.empty or field not in preds:
+        return ByValue(field, value, pd.DataFrame(columns=columns), {})
+    ts = preds["ts"]
+    spans = {"before": (ts >= pd.Timestamp(before[0])) & (ts < pd.Timestamp(before[1])),
+             "during": (ts >= pd.Timestamp(during[0])) & (ts < pd.Timestamp(during[1]))}
+    if model_version is not None:
+        spans["during"] &= preds["model_version"].astype(str) == model_version
+    preds = preds[(spans["before"] | spans["during"]).to_numpy()]
+    span = np.where(spans["during"][preds.index].to_numpy(), "during", "before")
+    frame = pd.DataFrame({"request_id": preds["request_id"].astype(str).to_numpy(), "span": span,
+                          "hot": (preds[field].astype(str) == value).to_numpy(),
+                          "total": pd.to_numeric(preds.get("latency_ms"), errors="coerce").to_numpy()
+                          if "latency_ms" in preds else np.nan})
+    timings = service.sources.timings
+    if timings is not None and timings.format != "otlp" and len(frame):
+        rows = _read(timings, f"{service.name}/timings", RecordKind.timings, schema, limits,
+                     {"request_id", "stage", "duration_ms"}, now, skipped)
+        if len(rows):
+            rows = rows.drop_duplicates(["request_id", "stage"], keep="first")  # as the join keeps them
+            wide = rows.assign(request_id=rows["request_id"].astype(str)).pivot(
+                index="request_id", columns="stage", values="duration_ms")
+            frame = frame.join(wide, on="request_id")
+    stages = ["total"] + sorted(c for c in frame.columns if c not in ("request_id", "span", "hot", "total"))
+    out = []
+    for stage in stages:
+        row: dict = {"stage": stage}
+        for who, hot in (("", True), ("others_", False)):
+            for name in ("before", "during"):
+                ms = frame.loc[(frame["hot"] == hot) & (frame["span"] == name), stage].dropna().to_numpy(dtype=float)
+                for q, at in (("p50", 0.5), ("p95", 0.95)):
+                    row[f"{who}{q}_{name}"] = float(np.quantile(ms, at)) if len(ms) else None
+        if any(v is not None for k, v in row.items() if k != "stage"):
+            out.append(row)
+    requests = {f"{who}{name}": int(((frame["hot"] == hot) & (frame["span"] == name)).sum())
+                for who, hot in (("", True), ("others_", False)) for name in ("before", "during")}
+    return ByValue(field, value, pd.DataFrame(out, columns=columns), requests)

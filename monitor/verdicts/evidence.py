@@ -28,6 +28,35 @@ SIGNAL_UNITS = {"batch_size": "requests", "queue_depth": "requests", "memory_mb"
 SLICES = ("segment", "group", "bucket")
 # Labels that say which quantile: one line per measure, at the verdict's quantile (else the strongest).
 QUANTILE = "quantile"
+# Checks that name one value of their field (`detail.value`): a hotspot's busiest route, expert or replica.
+NAMED_VALUE = ("hotspot",)
+
+
+def named_labels(check: str, labels: Mapping[str, Any] | None, detail: Any = None) -> dict[str, Any]:
+    """A finding's labels as evidence: those of a check that names one value of its field carry it under
+    the field's own name (`field=replica` gains `replica=api-2`), so every reader names the value."""
+    out = dict(labels or {})
+    field = out.get("field")
+    if check in NAMED_VALUE and field and isinstance(detail, Mapping) and detail.get("value") is not None:
+        out[str(field)] = str(detail["value"])
+    return out
+
+
+def named_values(items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The values the items of NAMED_VALUE checks name (`replica=api-2`), in order of the items, each once."""
+    out: list[str] = []
+    for item in items:
+        labels = item.get("labels") or {}
+        field = str(labels.get("field") or "")
+        if item.get("check") in NAMED_VALUE and field in labels and f"{field}={labels[field]}" not in out:
+            out.append(f"{field}={labels[field]}")
+    return out
+
+
+def label_text(labels: Mapping[str, Any], sep: str = " ") -> str:
+    """Labels as `key=value`, sorted by key; `field=F` left out where the labels name F's value (`F=v`)."""
+    shown = {k: v for k, v in labels.items() if not (k == "field" and str(v) in labels)}
+    return sep.join(f"{k}={v}" for k, v in sorted(shown.items(), key=lambda kv: str(kv[0])))
 
 
 def unit(check: str, labels: Mapping[str, Any]) -> str:
@@ -104,7 +133,7 @@ def parts(e: Mapping[str, Any]) -> dict[str, str]:
     contract = REGISTRY.get("slo" if check.startswith("slo:") else check)
     n = e.get("n")
     return {"check": check,
-            "labels": " ".join(f"{k}={v}" for k, v in sorted(labels.items(), key=lambda kv: str(kv[0]))),
+            "labels": label_text(labels),
             # A PSI is measured against the reference already: its baseline of 0 says nothing.
             "value": show(value, u), "baseline": "" if base is None or u == "PSI" and not base else show(base, u),
             "change": change,

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from checks.catalog import names
-from monitor.verdicts.evidence import ranked, show, unit
+from monitor.verdicts.evidence import label_text, named_labels, ranked, show, unit
 
 VERDICTS = ("slower", "worse", "both", "drift", "healthy", "insufficient_data", "no_data")
 HARMFUL = ("slower", "worse", "both")
@@ -259,6 +259,9 @@ def _attribution(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]
     out: dict[str, Any] = {"quantile": quantile, "stages": stages, "top_stage": next(iter(stages), None)}
     if total is not None:
         out["total"] = {"value": total["value"], "baseline": total["baseline"], "n": total["n"]}
+        untimed = (total.get("detail") or {}).get("untimed_timeouts")
+        if untimed:
+            out["total"]["untimed_timeouts"] = untimed
     signals = []
     for f in breach:
         if f["check"] in SIGNAL_CHECKS + LENGTH_CHECKS:
@@ -282,7 +285,8 @@ def _length_adjusted(whole: list[Mapping[str, Any]], breach: list[Mapping[str, A
 
 
 def _short(f: Mapping[str, Any]) -> dict[str, Any]:
-    return {"check": f["check"], "labels": dict(f.get("labels") or {}), "value": f.get("value"),
+    return {"check": f["check"], "labels": named_labels(f["check"], f.get("labels"), f.get("detail")),
+            "value": f.get("value"),
             "baseline": f.get("baseline"), "n": f.get("n")}
 
 
@@ -343,7 +347,8 @@ def _evidence(verdict: str, breach: list[Mapping[str, Any]], extra: list[Mapping
         stage = (f.get("labels") or {}).get("stage")
         # `held`: under the floor that opens an episode, not back within its baseline either.
         status = "held" if f["status"] == "ok" else f["status"]
-        out.append(Evidence(f["check"], dict(f.get("labels") or {}), f.get("value"), f.get("baseline"),
+        out.append(Evidence(f["check"], named_labels(f["check"], f.get("labels"), f.get("detail")),
+                            f.get("value"), f.get("baseline"),
                             int(f.get("n") or 0), f.get("interval_low"), f.get("interval_high"), status,
                             shares.get(stage) if f["check"] == "latency" and stage != "total" else None))
     return out
@@ -434,23 +439,41 @@ def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidenc
     parts = []
     total = attribution.get("total")
     if verdict in ("slower", "both") and total:
-        parts.append(f"{attribution['quantile']} total latency {show(total['value'], 'ms')} vs "
-                     f"{show(total['baseline'], 'ms')}")
+        # Without a deadline, timed-out requests that logged no latency are not in it: said so, beside
+        # the rate that counts them.
+        untimed = total.get("untimed_timeouts")
+        what = "latency of the requests that logged one" if untimed else "total latency"
+        parts.append(f"{attribution['quantile']} {what} {show(total['value'], 'ms')} vs "
+                     f"{show(total['baseline'], 'ms')}"
+                     + (f" ({untimed:,} timed-out requests logged none)" if untimed else ""))
+    if verdict in ("slower", "both"):
+        # The failing share: first when total latency did not breach (the requests that failed are the news).
+        rates = [f"{e.labels['rate']} rate {show(e.value, '%')} vs {show(e.baseline, '%')}" for e in evidence
+                 if e.check == "latency" and "rate" in e.labels and e.status == "breach"]
+        rose = any(e.check == "latency" and e.labels.get("stage") == "total" and "quantile" in e.labels
+                   and len(e.labels) == 2 and e.status == "breach" for e in evidence)
+        parts = parts + rates if rose else rates + parts
     stages = attribution.get("stages", {})
     if verdict in ("slower", "both") and stages:
         top = next(iter(stages))
         parts.append(f"{stages[top]:.0%} of the increase in stage {top}")
     for s in attribution.get("signals", [])[:2]:
-        what = s["labels"].get("signal") or s["labels"].get("field") or ""
-        u = unit(s["check"], s["labels"])
-        parts.append(f"{s['check']}{' ' + what if what else ''} {show(s['value'], u)} vs {show(s['baseline'], u)}")
+        labels = s["labels"]
+        field = str(labels.get("field") or "")
+        # A hotspot names its value and what it is compared with: the other values, or an even split.
+        what = (f"{field}={labels[field]}" if field in labels else labels.get("signal") or field)
+        against = ("" if field not in labels else " (an even split)" if labels.get("measure") == "share"
+                   else f" on the other {field}s")
+        u = unit(s["check"], labels)
+        parts.append(f"{s['check']}{' ' + what if what else ''} {show(s['value'], u)} vs "
+                     f"{show(s['baseline'], u)}{against}")
     if verdict == "insufficient_data":
         parts = [f"{e.check} {','.join(f'{k}={v}' for k, v in sorted(e.labels.items()))} n={e.n}"
                  + (f" of {e.needed_n} needed" if e.needed_n else "") for e in evidence[:3]]
     if verdict not in ("slower",) and evidence and not parts:
         # The strongest item, as the messages rank it.
         e = ranked([x.as_dict() for x in evidence], attribution.get("quantile"))[0]
-        labels = ",".join(f"{k}={v}" for k, v in sorted(e["labels"].items()))
+        labels = label_text(e["labels"], ",")
         held = ", held: still shifted from its baseline" if e["status"] == "held" else ""
         u = unit(e["check"], e["labels"])
         base = "" if e["baseline"] is None or u == "PSI" and not e["baseline"] else f" vs {show(e['baseline'], u)}"
