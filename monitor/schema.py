@@ -27,6 +27,8 @@ class Schema(StrictModel):
     positive_class: str | None = None
     score_columns: dict[str, str] = Field(default_factory=dict)
     signals: list[str] = Field(default_factory=list)
+    # categorical features whose values are read in lower case (`Gold`, `GOLD` and `gold` are one value)
+    fold_case: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -65,6 +67,9 @@ class Schema(StrictModel):
         unknown = [c for c in self.score_columns if c not in self.classes]
         if unknown:
             raise ValueError(f"score_columns name classes not in classes: {unknown}")
+        unfolded = [f for f in self.fold_case if self.features.get(f) != "categorical"]
+        if unfolded:
+            raise ValueError(f"fold_case: {unfolded} are not categorical features")
         return self
 
     def score_column(self, cls: str) -> str:

@@ -30,6 +30,7 @@ from monitor.ingest.frame import is_text
 from monitor.ingest.quarantine import quoted, row_excerpt, table_excerpt
 from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE, RawLines
 from monitor.schema import Schema
+from monitor.values import category_values
 
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
@@ -42,7 +43,8 @@ _OFFSET = re.compile(r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)$")
 
 def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
     """Every column this record kind keeps, with its type: id, str, ts, num, bool, text, class; a feature's
-    is fnum (numeric) or cat (categorical): they also take booleans, as 1/0 and as "true"/"false"."""
+    is fnum (numeric: booleans are 1/0), cat (categorical, named by monitor.values) or icat (categorical
+    read in lower case: schema.fold_case)."""
     if kind == RecordKind.timings:
         return {"request_id": "id", "stage": "str", "duration_ms": "num", "start_ts": "ts"}
     if kind == RecordKind.labels:
@@ -56,7 +58,8 @@ def field_kinds(kind: RecordKind, schema: Schema) -> dict[str, str]:
     else:
         kinds |= {"label": "class", "prediction": "class"} | {schema.score_column(c): "num" for c in schema.classes}
     kinds |= {s: "str" for s in schema.segments}
-    kinds |= {name: {"numeric": "fnum", "categorical": "cat", "text": "text"}[k] for name, k in schema.features.items()}
+    kinds |= {name: {"numeric": "fnum", "categorical": "icat" if name in schema.fold_case else "cat",
+                     "text": "text"}[k] for name, k in schema.features.items()}
     return kinds
 
 
@@ -87,7 +90,7 @@ def validate(kind: RecordKind, frame: pd.DataFrame | pa.Table, file: str, schema
     for name, typ in field_kinds(kind, schema).items():
         if name not in frame:
             continue
-        values, bad = (_class_names(frame[name], schema) if typ == "class"
+        values, bad = (_named(frame[name], typ, schema) if typ in _NAMED
                        else _convert(frame[name], typ, timezone))
         mark(bad, Reason.wrong_type, name)
         out[name] = values
@@ -123,7 +126,7 @@ def _validate_table(kind: RecordKind, table: pa.Table, file: str, schema: Schema
     for name, typ in field_kinds(kind, schema).items():
         if name not in names:
             continue
-        values, bad = (_class_names(table[name], schema) if typ == "class"
+        values, bad = (_named(table[name], typ, schema) if typ in _NAMED
                        else _convert_arrow(table[name], typ, timezone))
         mark(bad, Reason.wrong_type, name)
         out[name] = values
@@ -201,20 +204,28 @@ class _Marks:
         return self.fields[self.named[row]]
 
 
-def _class_names(values: pd.Series | pa.ChunkedArray, schema: Schema) -> tuple[pd.Series | pa.ChunkedArray,
-                                                                                np.ndarray]:
-    """Labels or predictions as class names (monitor.classes); a list or object is `wrong_type`."""
+_NAMED = ("class", "cat", "icat")
+
+
+def _named(values: pd.Series | pa.ChunkedArray, typ: str, schema: Schema) -> tuple[pd.Series | pa.ChunkedArray,
+                                                                                 np.ndarray]:
+    """Labels or predictions as class names (monitor.classes), categorical features as category names
+    (monitor.values, as the reference is profiled); a list or object is `wrong_type`."""
+
+    def name(v):
+        return class_names(v, schema.classes) if typ == "class" else category_values(v, typ == "icat")
+
     if isinstance(values, pa.ChunkedArray):
         t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
         if not (pa.types.is_nested(t) or pa.types.is_struct(t)):
-            return class_names(values, schema.classes), np.zeros(len(values), bool)
+            return name(values), np.zeros(len(values), bool)
         values = values.to_pandas()
     bad = np.zeros(len(values), bool)
     if values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) not in ("string", "empty"):
         bad = np.array([isinstance(v, dict | list | tuple | np.ndarray) for v in values.to_numpy(dtype=object)],
                        dtype=bool)
         values = values.where(~bad) if bad.any() else values
-    return class_names(values, schema.classes), bad
+    return name(values), bad
 
 
 def _check_values(out: dict, kind: RecordKind, limits: Limits, now: datetime, mark) -> None:
@@ -280,7 +291,7 @@ def _convert_arrow(col: pa.ChunkedArray, typ: str,
             return col, none  # read as a dictionary (Parquet): each distinct text is one object, not one per row
         col = pc.cast(col, t.value_type)  # ids, times, numbers: their values, checked as any other column's
         t = col.type
-    if typ in ("id", "str", "text", "cat") and is_text(t):
+    if typ in ("id", "str", "text") and is_text(t):
         return col, none
     if typ in ("num", "fnum") and (pa.types.is_integer(t) or pa.types.is_floating(t)):
         return pd.Series(pc.cast(col, pa.float64()).to_numpy()), none
@@ -339,12 +350,11 @@ def _convert(s: pd.Series, typ: str, timezone: str | None = None) -> tuple[pd.Se
     present = s.notna().to_numpy()
     if typ == "ts":
         return _to_utc(s, present, timezone)
-    if typ in ("fnum", "cat"):
-        if pd.api.types.is_bool_dtype(s):  # a boolean feature: 1/0 when numeric, "true"/"false" when categorical
-            return (s.astype(float), np.zeros(len(s), bool)) if typ == "fnum" else (
-                s.map({True: "true", False: "false"}).astype(object), np.zeros(len(s), bool))
+    if typ == "fnum":
+        if pd.api.types.is_bool_dtype(s):  # a boolean numeric feature is 1/0
+            return s.astype(float), np.zeros(len(s), bool)
         raw = s.to_numpy(dtype=object)
-        if typ == "fnum" and (s.dtype == object or pd.api.types.is_string_dtype(s)):
+        if s.dtype == object or pd.api.types.is_string_dtype(s):
             # CSV writes a boolean as text: `true` / `false` count as 1 / 0 for a numeric feature.
             text = s.astype(str).str.strip().str.lower()
             words = text.isin(("true", "false")).to_numpy() & present
@@ -354,12 +364,11 @@ def _convert(s: pd.Series, typ: str, timezone: str | None = None) -> tuple[pd.Se
                 s = pd.Series(raw, index=s.index, dtype=object)
         flags = np.array([isinstance(v, bool | np.bool_) for v in raw], dtype=bool) if s.dtype == object else None
         if flags is not None and flags.any():
-            rest, bad = _convert(s.where(~flags), "num" if typ == "fnum" else "str")
-            as_bool = pd.Series(raw[flags].astype(bool), index=s.index[flags])
+            rest, bad = _convert(s.where(~flags), "num")
             rest = rest.astype(object)
-            rest[flags] = (as_bool.astype(float) if typ == "fnum" else as_bool.map({True: "true", False: "false"}))
-            return (rest.astype(float) if typ == "fnum" else rest), bad & ~flags
-        typ = "num" if typ == "fnum" else "str"
+            rest[flags] = raw[flags].astype(bool).astype(float)
+            return rest.astype(float), bad & ~flags
+        typ = "num"
     if typ == "num":
         if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             return s.astype(float), np.zeros(len(s), bool)
