@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "alerts")]
 
@@ -150,6 +148,16 @@ class Score:
         return self.right_windows / self.incident_windows if self.incident_windows else None
 
 
+def incidents_about(truth: Truth, incidents: list[dict], window: timedelta = WINDOW) -> list[dict]:
+    """The incidents about the fault, oldest first: regressions opened between the onset and RESOLVE_WITHIN
+    windows after the fault's end."""
+    if not truth.faulty:
+        return []
+    until = (truth.fault_end or truth.end + window) + RESOLVE_WITHIN * window
+    return sorted((i for i in incidents if i["verdict"] in REGRESSIONS and truth.onset <= i["opened_at"] <= until),
+                  key=lambda i: i["opened_at"])
+
+
 def score(truth: Truth, incidents: list[dict], verdicts: list[dict], window: timedelta = WINDOW,
           first_tick: datetime | None = None) -> Score:
     """Score a replay's stored incidents and verdicts against `truth`. An incident is about the fault when
@@ -157,11 +165,7 @@ def score(truth: Truth, incidents: list[dict], verdicts: list[dict], window: tim
     catch-up dates an incident's opening to when it would have opened live, but its first message leaves at
     the daemon's `first_tick`: the first alert is the later of the two."""
     fault_end = truth.fault_end
-    about: list[dict] = []
-    if truth.faulty:
-        until = (fault_end or truth.end + window) + RESOLVE_WITHIN * window
-        about = sorted((i for i in incidents if i["verdict"] in REGRESSIONS
-                        and truth.onset <= i["opened_at"] <= until), key=lambda i: i["opened_at"])
+    about = incidents_about(truth, incidents, window)
     first = about[0] if about else None
 
     def minutes(d: timedelta) -> float:
@@ -274,9 +278,10 @@ def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, list[dic
 
 def realdata_cases() -> dict:
     """The real-data evaluation cases by name: the full ones and the short ones the test suite runs."""
-    from monitor.simulate import realdata
+    from monitor.simulate import realcases, realdata
 
-    return {c.name: c for c in [make() for make in realdata.CASES.values()] + realdata.short_cases()}
+    made = [make() for make in realcases.all_cases().values()]
+    return {c.name: c for c in made + realdata.short_cases() + realcases.short_cases()}
 
 
 def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list[dict], datetime | None, float]:
@@ -286,12 +291,11 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
     then goes on live. Returns the truth, the stored incidents and verdicts, the backlog's first tick (None
     live), and seconds."""
     from monitor.durations import parse_duration
-    from monitor.simulate import realdata, realscore
-    from storage.store import Store
+    from monitor.simulate import realcases, realscore
 
     out = root / f"{case.name}-{mode}"
     started = time.perf_counter()
-    truth = realdata.build(case, out)
+    truth = realcases.build_case(case, out)
     start, end = _parse(truth["start"]), _parse(truth["end"])
     step = parse_duration(case.step)
     first = min(truth["faults"], key=lambda f: f["onset"])
@@ -305,14 +309,7 @@ def replay_realdata(case, mode: str, root: Path) -> tuple[dict, list[dict], list
         if jump is not None:
             command += ("--step", f"{int(jump.total_seconds())}s")
         realscore.checked(out, *command)
-    service = yaml.safe_load((out / "tailwatch.yaml").read_text())["services"][0]["name"]
-    store = Store(f"sqlite:///{out / 'tailwatch.db'}")
-    try:
-        with store.transaction() as session:
-            incidents = store.incidents.load(session, service)
-            verdicts = store.verdicts.load(session, service)
-    finally:
-        store.dispose()
+    incidents, verdicts = realscore.stored(out)
     return truth, incidents, verdicts, None if mode == "live" else middle, time.perf_counter() - started
 
 
@@ -333,6 +330,8 @@ def realdata_scores(case, truth: dict, incidents: list[dict], verdicts: list[dic
     it (or the start: the healthy range counts with the first) to the onset of the next (or the end). A
     slowdown keeps the case's version; a quality fault serves its own version while it lasts. Each with the
     window it is scored on (case_window)."""
+    from monitor.simulate import realscore
+
     start, end = _parse(truth["start"]), _parse(truth["end"])
     faults = sorted(truth["faults"], key=lambda f: f["onset"])
     out = []
@@ -346,9 +345,33 @@ def realdata_scores(case, truth: dict, incidents: list[dict], verdicts: list[dic
         # Incidents opened in the stretch (or within the resolve allowance after it, before the next fault).
         mine = [x for x in incidents if lo <= x["opened_at"] < hi]
         windows = [v for v in verdicts if v["window_start"] >= lo and v["window_end"] <= hi]
-        what = f"{fault['stage']} x{fault['factor']:g}" if fault["kind"] == "slowdown" else fault["change"]
+        what = realscore.fault_name(fault)
         out.append((f"{case.name}: {fault['kind']} ({what})", t, score(t, mine, windows, window, first_tick), window))
     return out
+
+
+def breakdown(truth: Truth, s: Score, incidents: list[dict], window: timedelta) -> str:
+    """Markdown cells of one real-data fault: its windows right / opposite / drift / healthy / other, onset
+    error, first alert, how its incidents resolved (the reason, and the time against the fault's end)."""
+    from monitor.investigate.query import why
+
+    faulty = Counter({p: n for (t, p), n in s.confusion.items() if t != "healthy"})
+    right, opposite = faulty.pop(truth.verdict, 0), faulty.pop(OPPOSITE.get(truth.verdict, ""), 0)
+    drift, healthy = faulty.pop("drift", 0), faulty.pop("healthy", 0)
+    other = ", ".join(f"{k} {n}" for k, n in sorted(faulty.items())) or "0"
+    resolves = []
+    for i in incidents_about(truth, incidents, window):
+        if i["resolved_at"] is None:
+            resolves.append(f"{i['verdict']}: open")
+            continue
+        against = "" if truth.fault_end is None else f" ({_min((i['resolved_at'] - truth.fault_end) / timedelta(minutes=1))})"
+        resolves.append(f"{i['verdict']}: {why(i)}{against}")
+    return (f"{right} | {opposite} | {drift} | {healthy} | {other} | {_min(s.onset_error_min)} "
+            f"| {_min(s.first_alert_min)} | {'; '.join(resolves) or '–'}")
+
+
+BREAKDOWN_HEADER = ("| fault | window | right | opposite | drift | healthy | other | onset error | first alert "
+                    "| resolved (reason, against the fault's end) |\n|---|---|---:|---:|---:|---:|---|---:|---:|---|")
 
 
 def describe(incident: dict) -> str:
@@ -359,6 +382,11 @@ def describe(incident: dict) -> str:
     return (f"{incident['verdict']} {incident.get('model_version') or ''} {severity(incident)}: since "
             f"{hm(incident['first_window_start'])}, opened {hm(incident['opened_at'])}, "
             f"resolved {hm(incident['resolved_at'])}")
+
+
+def window_length(window: timedelta) -> str:
+    hours = window / timedelta(hours=1)
+    return f"{hours / 24:g}d" if hours >= 24 else f"{hours:g}h"
 
 
 def _min(x: float | None) -> str:
@@ -392,7 +420,7 @@ def confusion_table(total: Counter) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from alerts_support import TOKEN
 
-    from monitor.simulate import ALL_SCENARIOS
+    from monitor.simulate import ALL_SCENARIOS, realscore
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cases = realdata_cases()
@@ -422,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             if misses(truth, s):
                 failed.append(f"{scenario} ({mode})")
             print(f"{scenario} {mode}: {seconds:.0f} s; {rows[-1]}", file=sys.stderr, flush=True)
-    real_rows = []
+    real_rows, details, alarms = [], [], []
     if real:
         with tempfile.TemporaryDirectory(prefix="tw-realdata-") as tmp:
             for case in real:
@@ -432,9 +460,11 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  incident {describe(incident)}", file=sys.stderr)
                     for name, t, s, window in realdata_scores(case, truth, incidents, verdicts, first_tick):
                         real_rows.append(row(name, mode, t, s, window))
+                        details.append(f"| {name} ({mode}) | {window_length(window)} | {breakdown(t, s, incidents, window)} |")
                         if misses(t, s, window):
                             failed.append(f"{name} ({mode})")
                         print(f"{name} {mode}: {real_rows[-1]}", file=sys.stderr, flush=True)
+                    alarms.append(f"{case.name} ({mode}): {realscore.healthy_alarms(truth, incidents, verdicts)}")
                     print(f"{case.name} {mode}: {seconds:.0f} s", file=sys.stderr, flush=True)
     header = ("| replay | right verdict | incident verdict | onset error | first alert | resolve after fault end "
               "| premature resolves | false pages / day | right verdict (fault windows) | misses |")
@@ -450,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n| real-data fault (slowdown: the smallest window; quality: the smallest quality window) {header}")
         print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
         print("\n".join(real_rows))
+        print(f"\n{BREAKDOWN_HEADER}\n" + "\n".join(details))
+        print("\nHealthy range (before the first fault): " + "\n".join(alarms))
     if failed:
         print(f"\nmissed a target: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

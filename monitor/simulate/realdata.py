@@ -54,15 +54,19 @@ DATASETS = {
 @dataclass(frozen=True)
 class Fault:
     """An injected fault over [onset, end) days from the start: `slowdown` multiplies one stage's time,
-    `quality` serves `version` whose preprocessing breaks a feature (the logs keep the raw inputs)."""
+    `quality` serves `version` whose preprocessing breaks a feature (the logs keep the raw inputs);
+    monitor/simulate/realcases.py adds `timeouts` (a `share` of requests hit the deadline) and `hotspot`
+    (routing `value` takes a `share` of traffic and its `stage` is `factor` times slower)."""
 
-    kind: str  # slowdown | quality
+    kind: str  # slowdown | quality | timeouts | hotspot
     onset_days: float
     end_days: float
     stage: str | None = None
     factor: float | None = None
     version: str | None = None
     change: str | None = None
+    value: str | None = None
+    share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -272,24 +276,8 @@ def build(case: Case, out: Path) -> dict:
                            "duration_ms": np.column_stack([stages[s] for s in STAGES]).ravel().round(3)})
     timing = timing[timing["duration_ms"].notna()]  # a failed request never reached its later stages
 
-    labelled = rng.random(n) < LABELLED_SHARE
-    label_ts = ts + case.label_delay.total_seconds() + rng.uniform(0, case.label_jitter.total_seconds(), n)
-    labels = pd.DataFrame({"request_id": request_id, "label": rows["label"].to_numpy(), "label_ts": label_ts})
-    labels = labels[labelled].sort_values("label_ts", kind="stable")
-
-    logs = out / "logs"
-    for kind in ("predictions", "timings", "labels"):
-        (logs / kind).mkdir(parents=True, exist_ok=True)
-    pred_day = pd.to_datetime(ts, unit="s", utc=True).strftime("%Y%m%d").to_numpy()
-    for d in np.unique(pred_day):
-        mask = pred_day == d
-        _jsonl(logs / "predictions" / f"predictions-{d}.jsonl", preds[mask])
-        ids = set(request_id[mask])
-        _jsonl(logs / "timings" / f"timings-{d}.jsonl", timing[timing["request_id"].isin(ids)])
-    label_day = pd.to_datetime(labels["label_ts"].to_numpy(), unit="s", utc=True).strftime("%Y%m%d").to_numpy()
-    labels = labels.assign(label_ts=_rfc3339(labels["label_ts"].to_numpy()))
-    for d in np.unique(label_day):
-        _jsonl(logs / "labels" / f"labels-{d}.jsonl", labels[label_day == d])
+    labels = label_rows(case, rng, request_id, ts, rows["label"].to_numpy())
+    write_logs(out, preds, timing, labels, ts, request_id)
     trained.reference.to_parquet(out / "reference.parquet", index=False)
     (out / "tailwatch.yaml").write_text(yaml.safe_dump(config(case, trained), sort_keys=False))
 
@@ -317,6 +305,36 @@ def build(case: Case, out: Path) -> dict:
                                                        == served[~within]["label"].astype(str)).mean())
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
     return truth
+
+
+def label_rows(case: Case, rng: np.random.Generator, request_id: np.ndarray, ts: np.ndarray,
+               label: np.ndarray) -> pd.DataFrame:
+    """The label records: LABELLED_SHARE of the requests, `label_ts` (epoch s) the case's delay plus
+    jitter after the prediction, in `label_ts` order."""
+    n = len(ts)
+    labelled = rng.random(n) < LABELLED_SHARE
+    label_ts = ts + case.label_delay.total_seconds() + rng.uniform(0, case.label_jitter.total_seconds(), n)
+    labels = pd.DataFrame({"request_id": request_id, "label": label, "label_ts": label_ts})
+    return labels[labelled].sort_values("label_ts", kind="stable")
+
+
+def write_logs(out: Path, preds: pd.DataFrame, timing: pd.DataFrame, labels: pd.DataFrame, ts: np.ndarray,
+               request_id: np.ndarray) -> None:
+    """One JSONL file per UTC day of predictions and their timings (by prediction day) and of labels (by
+    `label_ts` day) under `out/logs/`."""
+    logs = out / "logs"
+    for kind in ("predictions", "timings", "labels"):
+        (logs / kind).mkdir(parents=True, exist_ok=True)
+    pred_day = pd.to_datetime(ts, unit="s", utc=True).strftime("%Y%m%d").to_numpy()
+    for d in np.unique(pred_day):
+        mask = pred_day == d
+        _jsonl(logs / "predictions" / f"predictions-{d}.jsonl", preds[mask])
+        ids = set(request_id[mask])
+        _jsonl(logs / "timings" / f"timings-{d}.jsonl", timing[timing["request_id"].isin(ids)])
+    label_day = pd.to_datetime(labels["label_ts"].to_numpy(), unit="s", utc=True).strftime("%Y%m%d").to_numpy()
+    labels = labels.assign(label_ts=_rfc3339(labels["label_ts"].to_numpy()))
+    for d in np.unique(label_day):
+        _jsonl(logs / "labels" / f"labels-{d}.jsonl", labels[label_day == d])
 
 
 def _class_dtype(classes: list) -> str:

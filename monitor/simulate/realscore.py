@@ -1,6 +1,6 @@
 """Running and scoring a real-data evaluation case (monitor/simulate/realdata.py builds it): `run(out)` runs
 `tailwatch db upgrade`, `reference build` and `backfill` over the whole range; `score(out)` reads the stored
-verdicts and findings and judges the four criteria of docs/evaluation.md against `truth.json`."""
+verdicts and findings and judges the criteria of docs/evaluation.md against `truth.json`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,8 @@ def _overlaps(frame: pd.DataFrame, start: str, end: str) -> pd.Series:
 
 
 def score(out: Path) -> CaseScore:
-    """Judge the stored results of a run against `truth.json`: the four criteria of docs/evaluation.md."""
+    """Judge the stored results of a run against `truth.json`: one criterion per fault (by its kind), then
+    no false alarm in the healthy range and n and an interval on every finding (docs/evaluation.md)."""
     out = Path(out)
     truth = json.loads((out / "truth.json").read_text())
     service = yaml.safe_load((out / "tailwatch.yaml").read_text())["services"][0]["name"]
@@ -85,6 +87,7 @@ def score(out: Path) -> CaseScore:
         findings = query.findings(store, service)
         quarantine = query.quarantine(store, service, group_by=("kind", "reason"))
         incidents = query.incidents(store, service)
+        hotspots = query.findings(store, service, check="hotspot", status="breach", detail=True)
     finally:
         store.dispose()
     result = CaseScore(truth["case"])
@@ -102,6 +105,24 @@ def score(out: Path) -> CaseScore:
                 "slowdown stage named", right > 0,
                 f"{fault['stage']} x{fault['factor']:g} {fault['onset'][:16]}..{fault['end'][:16]}: "
                 f"{len(slower)} slower/both verdicts, stages named {dict(named) or 'none'}"))
+        elif fault["kind"] == "timeouts":
+            slower = during[during["verdict"].isin(["slower", "both"])]
+            mine = findings[_overlaps(findings, fault["onset"], fault["end"]) & (findings["check"] == "latency")]
+            rate = mine[[(labels or {}).get("rate") == "timeout" for labels in mine["labels"]]]
+            result.criteria.append(Criterion(
+                "timeouts found", len(slower) > 0 and bool((rate["status"] == "breach").any()),
+                f"{fault['share']:.0%} at the deadline {fault['onset'][:16]}..{fault['end'][:16]}: "
+                f"{len(slower)} slower/both verdicts of {len(during)}, timeout rate breaches "
+                f"{int((rate['status'] == 'breach').sum())} of {len(rate)}"))
+        elif fault["kind"] == "hotspot":
+            hot = hotspots[_overlaps(hotspots, fault["onset"], fault["end"])]
+            named = Counter(f"{(labels or {}).get('field')}={(detail or {}).get('value')}"
+                            for labels, detail in zip(hot["labels"], hot["detail"], strict=True))
+            slower = during[during["verdict"].isin(["slower", "both"])]
+            result.criteria.append(Criterion(
+                "hot value named", named.get(f"replica={fault['value']}", 0) > 0 and len(slower) > 0,
+                f"replica={fault['value']} {fault['share']:.0%} of traffic, {fault['stage']} x{fault['factor']:g}: "
+                f"{len(slower)} slower/both verdicts of {len(during)}, hotspot breaches name {dict(named) or 'none'}"))
         else:
             version = fault["version"]
             mine = findings[_overlaps(findings, fault["onset"], fault["end"]) & (findings["model_version"] == version)]
@@ -110,9 +131,11 @@ def score(out: Path) -> CaseScore:
             worse = during[during["verdict"].isin(["worse", "both"]) & (during["model_version"] == version)
                            & (during["estimated"] == False)]  # noqa: E712 (a column, not a bool)
             scored = mine[mine["check"] == "quality"]
+            groups = Counter((labels or {}).get("group", "all") for labels in breaches["labels"])
             result.criteria.append(Criterion(
                 "quality change found from labels", len(breaches) > 0 or len(worse) > 0,
-                f"{version} ({fault['change']}): {len(breaches)} acceptance breaches of {len(accept)}, "
+                f"{version} ({fault['change']}): {len(breaches)} acceptance breaches of {len(accept)}"
+                f"{' ' + str(dict(groups)) if len(groups) > 1 or 'all' not in groups else ''}, "
                 f"{len(worse)} confirmed worse verdicts, {len(scored)} quality findings "
                 f"({int((scored['status'] == 'ok').sum())} with a value)"))
 
@@ -133,6 +156,40 @@ def score(out: Path) -> CaseScore:
         f"{len(missing)} of {len(valued)} lack one; by check: "
         f"{dict(Counter(missing['check']).most_common(8)) if len(missing) else '-'}"))
     return result
+
+
+def stored(out: Path) -> tuple[list[dict], list[dict]]:
+    """The incidents and verdicts a run under `out` stored, as dicts of every column."""
+    service = yaml.safe_load((Path(out) / "tailwatch.yaml").read_text())["services"][0]["name"]
+    store = Store(f"sqlite:///{Path(out) / 'tailwatch.db'}")
+    try:
+        with store.transaction() as session:
+            return store.incidents.load(session, service), store.verdicts.load(session, service)
+    finally:
+        store.dispose()
+
+
+def fault_name(fault: dict) -> str:
+    """A real-data fault of truth.json in a few words."""
+    if fault["kind"] == "slowdown":
+        return f"{fault['stage']} x{fault['factor']:g}"
+    if fault["kind"] == "timeouts":
+        return f"{fault['share']:.0%} time out"
+    if fault["kind"] == "hotspot":
+        return f"{fault['value']} {fault['share']:.0%}, {fault['stage']} x{fault['factor']:g}"
+    return fault["change"]
+
+
+def healthy_alarms(truth: dict, incidents: list[dict], verdicts: list[dict]) -> str:
+    """False alarms in a real-data case's healthy range: the incidents opened in it (by verdict) and its
+    alerting verdicts (by verdict and window length) of all its windows."""
+    lo, hi = (datetime.fromisoformat(x.replace("Z", "+00:00")) for x in truth["healthy"])
+    opened = Counter(i["verdict"] for i in incidents if lo <= (i["first_window_start"] or i["opened_at"]) < hi)
+    inside = [v for v in verdicts if v["window_start"] >= lo and v["window_end"] <= hi]
+    alerting = Counter(f"{v['verdict']}@{(v['window_end'] - v['window_start']) / timedelta(hours=1):g}h"
+                       for v in inside if v["verdict"] in ALERTING)
+    return (f"{sum(opened.values())} incidents {dict(opened) or ''}; {sum(alerting.values())} alerting verdicts "
+            f"of {len(inside)} {dict(alerting.most_common(6)) or ''}").replace("  ", " ").strip()
 
 
 def _top_stage(attribution: Any) -> str | None:
