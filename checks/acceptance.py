@@ -4,6 +4,7 @@ acceptance."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -75,9 +76,16 @@ def acceptance_finding(rule: Any, group: str, observed: Finding | None, baseline
             lo, hi = own(z)
             return lo - rule.min, hi - rule.min
     p = _p_beyond(lambda z: diff(z)[1], tolerance)
-    status = "breach" if p < alpha else "ok"
-    detail |= {"difference": diff(0.0)[1], "difference_interval": list(diff(Z95)), "tolerance": tolerance,
-               "method": _method(rule.metric, rule.class_, rule.min is None)}
+    low, high = diff(Z95)
+    # Clear only when the interval excludes the breach: a window too small to show a drop of the tolerance
+    # cannot say the rule holds either, so it neither opens an incident nor resolves one.
+    excludes = low >= tolerance
+    status = "breach" if p < alpha else "ok" if excludes else "insufficient"
+    detail |= {"difference": diff(0.0)[1], "difference_interval": [low, high], "tolerance": tolerance,
+               "excludes_breach": excludes, "method": _method(rule.metric, rule.class_, rule.min is None)}
+    if status == "insufficient":
+        detail |= {"why": "the interval cannot exclude a breach", "needed_n": _needed(observed.n, low, diff(0.0)[0],
+                                                                                    tolerance)}
     detail |= {k: v for k, v in observed.detail.items() if k == "failed_as_miss"}
     effect = None if base is None else value - base.value
     return Finding("acceptance", labels, value, status, observed.n, None if base is None else base.value, effect,
@@ -116,18 +124,35 @@ def _p_beyond(upper, tolerance: float, z_max: float = 40.0) -> float:
     return min(1.0, float(2 * sps.norm.sf(z)))
 
 
+def _needed(n: int, low: float, point: float, tolerance: float) -> int | None:
+    """About how many samples would make the interval's lower end clear `tolerance` at the same point
+    estimate (its half-width shrinks as 1 / sqrt(n)); None when the point itself is past the tolerance."""
+    half, room = point - low, point - tolerance
+    if room <= 0 or half <= 0:
+        return None
+    return int(math.ceil(n * (half / room) ** 2))
+
+
 def control_fdr(findings: list[Finding], q: float) -> list[Finding]:
-    """Re-decide a family of acceptance findings by Benjamini-Hochberg at false discovery rate `q`:
-    breach when the adjusted p-value is below q. Insufficient findings are left as they are and do not
-    count in the family; detail gains `p_adjusted`, `fdr_q` and `family` (the decisions adjusted together)."""
-    tested = [i for i, f in enumerate(findings) if f.status != "insufficient" and f.p_value is not None]
+    """Re-decide a family of decisions (acceptance rules, label bias: every test of a window's versions,
+    classes and groups) by Benjamini-Hochberg at false discovery rate `q`: a finding that breached on its
+    own stays a breach only when its adjusted p-value is below q; one that falls out is `ok` if it excluded
+    the breach (detail `excludes_breach`, unset: it did) and `insufficient` if not. Insufficient findings
+    are left as they are and do not count in the family; detail gains `p_adjusted`, `fdr_q` and `family`."""
+    # Every test counts in the family, one that could not exclude a breach too (it has a p-value); a
+    # finding's own decision is kept in `own_status`, so re-deciding a stored family is idempotent.
+    tested = [i for i, f in enumerate(findings) if f.p_value is not None
+              and (f.status != "insufficient" or "own_status" in f.detail or "excludes_breach" in f.detail)]
     adjusted = dict(zip(tested, bh([findings[i].p_value for i in tested]), strict=True))
     out = []
     for i, f in enumerate(findings):
         if i not in adjusted:
             out.append(f)
             continue
-        status = "breach" if adjusted[i] < q else "ok"
-        out.append(replace(f, status=status,
-                           detail={**f.detail, "p_adjusted": adjusted[i], "fdr_q": q, "family": len(tested)}))
+        own = f.detail.get("own_status", f.status)
+        status = own
+        if own == "breach" and adjusted[i] >= q:
+            status = "ok" if f.detail.get("excludes_breach", True) else "insufficient"
+        out.append(replace(f, status=status, detail={**f.detail, "own_status": own, "p_adjusted": adjusted[i],
+                                                      "fdr_q": q, "family": len(tested)}))
     return out

@@ -72,7 +72,7 @@ def window(svc, pairs, start: datetime, attrs=None):
 def test_recall_from_a_small_reference_is_not_taken_as_exact(tmp_path: Path) -> None:
     """Window recall 0.839 [0.75, 0.90] at n=85-87 against 0.929 from 42 reference positives: the
     reference's own interval [0.81, 0.98] holds the window's figure, so three healthy windows never
-    breach. The same windows against 0.93 on 1,000 reference positives, and a drop to 0.60 at n=300
+    breach; nor can they exclude a drop past the tolerance, so they are `insufficient`, not clear. The same windows against 0.93 on 1,000 reference positives, and a drop to 0.60 at n=300
     against 2,000 reference rows, do."""
     rule = [{"name": "recall", "metric": "recall", "class": "Yes", "max_drop": 0.02}]
     small = service(tmp_path, reference_frame(binary(42, 39, 60, 55)), rule)
@@ -80,7 +80,8 @@ def test_recall_from_a_small_reference_is_not_taken_as_exact(tmp_path: Path) -> 
         found, verdict = window(small, labelled(binary(yes, right, 100, 92)), T0 + hour * HOUR)
         (f,) = found
         assert f.value == pytest.approx(right / yes) and f.baseline == pytest.approx(39 / 42)
-        assert f.status == "ok", f
+        assert f.status == "insufficient" and f.detail["why"] == "the interval cannot exclude a breach", f
+        assert f.detail["excludes_breach"] is False
         assert verdict not in ("worse", "both")
         assert f.n == yes and f.detail["baseline_n"] == 42 and f.detail["method"] == "newcombe"
         lo, hi = f.interval
@@ -112,7 +113,8 @@ def test_accuracy_from_359_reference_rows_against_healthy_traffic(tmp_path: Path
         yes_right = min(k - 300, 280)
         (f,), verdict = window(svc, labelled(binary(280, yes_right, 300, k - yes_right)), T0 + hour * HOUR)
         found.append((f, verdict))
-    assert [f.status for f, _ in found] == ["ok"] * 10
+    # Never a breach; and against 359 reference rows no hour can exclude a drop of the tolerance either.
+    assert [f.status for f, _ in found] == ["insufficient"] * 10
     assert not [v for _, v in found if v in ("worse", "both")]
     for f, _ in found:
         assert f.baseline == pytest.approx(345 / 359) and f.detail["baseline_n"] == 359
@@ -141,7 +143,7 @@ def test_false_discoveries_are_controlled_over_a_windows_groups(tmp_path: Path) 
     pairs, attrs = traffic(marginal=3)
     found, verdict = window(svc, pairs, T0, attrs)
     by = {f.labels["group"]: f for f in found}
-    assert len(by) == 12 and all(f.status == "ok" for f in found) and verdict not in ("worse", "both")
+    assert len(by) == 12 and all(f.status != "breach" for f in found) and verdict not in ("worse", "both")
     marginal = by["seg=s03"]
     assert 0.005 < marginal.p_value < 0.05 and marginal.detail["fdr_q"] == pytest.approx(0.05)
     assert all(f.detail["family"] == 12 for f in found)
@@ -150,7 +152,7 @@ def test_false_discoveries_are_controlled_over_a_windows_groups(tmp_path: Path) 
     found, verdict = window(svc, pairs, T0, attrs)
     by = {f.labels["group"]: f for f in found}
     assert by["seg=s07"].value == pytest.approx(0.6) and by["seg=s07"].status == "breach" and verdict == "worse"
-    assert by["seg=s03"].status == "ok"
+    assert by["seg=s03"].status != "breach"
 
     alone = labelled(binary(150, 124, 150, 144))
     scored = score_window(svc, rows(alone, T0, attrs=[{"x": 1.0, "seg": "s03"}] * len(alone)),
@@ -198,7 +200,7 @@ def test_a_periods_windows_are_one_family_whichever_are_scored_together(store, t
 
     score_service(cfg, svc, store, now, hours)
     together = acceptance(store)
-    assert [together[s]["status"] for s, _ in hours] == ["ok"] * 6
+    assert "breach" not in [together[s]["status"] for s, _ in hours]
     marginal = together[hours[1][0]]
     assert 0.005 < marginal["p_value"] < 0.05 and marginal["detail"]["family"] == 6
     assert marginal["detail"]["p_adjusted"] == pytest.approx(min(1.0, 6 * marginal["p_value"]))
@@ -217,4 +219,4 @@ def test_a_periods_windows_are_one_family_whichever_are_scored_together(store, t
     score_service(cfg, svc, store, now, [hours[4]])
     after = acceptance(store)
     assert after[hours[4][0]]["value"] == pytest.approx(124 / 150)
-    assert [after[s]["status"] for s, _ in hours] == ["ok", "breach", "ok", "ok", "breach", "ok"]
+    assert [after[s]["status"] == "breach" for s, _ in hours] == [False, True, False, False, True, False]

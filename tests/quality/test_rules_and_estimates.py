@@ -35,9 +35,10 @@ def reference(k: int, n: int) -> Measure:
 
 
 @pytest.mark.parametrize("k, n, status", [
-    (360, 500, "ok"),  # 0.72 against 0.80: a drop of 0.08, but the difference's interval reaches -0.05
+    (360, 500, "insufficient"),  # 0.72 against 0.80: a drop of 0.08, but the difference's interval reaches -0.05
     (300, 500, "breach"),  # 0.60: the whole interval of the difference is below -0.05
-    (370, 500, "ok"),  # 0.74: within the tolerance
+    (395, 500, "insufficient"),  # 0.79: likely within the tolerance, but the interval reaches past it
+    (400, 500, "ok"),  # 0.80: the whole interval of the difference is above -0.05
     (10, 20, "insufficient"),  # clearly below, but n is under min_n: never a breach
 ])
 def test_max_drop_rule_fires_only_when_the_difference_excludes_the_tolerance(k, n, status) -> None:
@@ -47,11 +48,12 @@ def test_max_drop_rule_fires_only_when_the_difference_excludes_the_tolerance(k, 
     assert f.check == "acceptance" and f.status == status
     assert f.labels == {"rule": "recall:Yes:all", "metric": "recall", "class": "Yes", "group": "all"}
     assert f.n == n and f.interval == wilson(k, n) and f.detail["baseline_n"] == 1000
-    if status != "insufficient":
+    if n >= 30:
         assert f.detail["floor"] == pytest.approx(0.75) and f.effect == pytest.approx(k / n - 0.8)
         lo, hi = f.detail["difference_interval"]
-        assert lo < k / n - 0.8 < hi and (hi < -0.05) == (status == "breach")
+        assert lo < k / n - 0.8 < hi and (hi < -0.05) == (status == "breach") and (lo >= -0.05) == (status == "ok")
         assert (f.p_value < 0.05) == (status == "breach")
+        assert (f.detail.get("why") == "the interval cannot exclude a breach") == (status == "insufficient")
 
 
 def test_the_baselines_uncertainty_counts() -> None:
@@ -63,7 +65,7 @@ def test_the_baselines_uncertainty_counts() -> None:
     assert acceptance_finding(rule, "all", observed(330, 500), reference(800, 1000), "reference", 30).status \
         == "breach"
     f = acceptance_finding(rule, "all", observed(330, 500), reference(40, 50), "reference", 30)
-    assert f.status == "ok" and f.detail["method"] == "newcombe"
+    assert f.status == "insufficient" and f.detail["method"] == "newcombe"  # nor can it exclude one
     assert f.detail["difference_interval"] == pytest.approx(
         confint_proportions_2indep(330, 500, 40, 50, method="newcomb", compare="diff"), abs=1e-9)
 
@@ -71,7 +73,8 @@ def test_the_baselines_uncertainty_counts() -> None:
 def test_floor_rule_and_missing_baseline() -> None:
     floor = QualityRule(name="key group floor", metric="recall", **{"class": "Yes"}, group="*", min=0.8)
     assert acceptance_finding(floor, "g", observed(350, 500), None, "reference", 30).status == "breach"
-    assert acceptance_finding(floor, "g", observed(38, 50), None, "reference", 30).status == "ok"
+    assert acceptance_finding(floor, "g", observed(38, 50), None, "reference", 30).status == "insufficient"
+    assert acceptance_finding(floor, "g", observed(48, 50), None, "reference", 30).status == "ok"
     drop = QualityRule(metric="recall", **{"class": "Yes"}, max_drop=0.01)
     f = acceptance_finding(drop, "all", observed(50, 500), None, "reference", 30)
     assert f.status == "insufficient" and f.detail["why"] == "no baseline"
@@ -86,7 +89,8 @@ def test_control_fdr_is_benjamini_hochberg_over_the_tested_findings() -> None:
     ps = [f.p_value for f in found[:4]]
     assert ps[0] < 1e-9 and 0.001 < ps[1] < 0.05 and ps[3] == 1.0
     decided = control_fdr(found, 0.05)
-    assert [f.status for f in decided] == ["breach", "ok", "ok", "ok", "insufficient"]
+    # The three that do not breach cannot exclude a drop either (max_drop 0): insufficient, yet tested.
+    assert [f.status for f in decided] == ["breach", "insufficient", "insufficient", "insufficient", "insufficient"]
     assert [f.detail["p_adjusted"] for f in decided[:4]] == pytest.approx(list(bh(ps)))
     assert all(f.detail["family"] == 4 for f in decided[:4]) and "family" not in decided[4].detail
 
