@@ -59,6 +59,7 @@ def reference_build(
 
     from checks.judge import judge
     from monitor.aggregate.profile import store_profile
+    from monitor.cli.common import parse_now
 
     cfg = load_config()
     store = open_store(cfg)
@@ -86,11 +87,14 @@ def reference_build(
             if observe is not None:
                 rows = sum(p.rows for _, p in profiled)
                 observe(rows, rows if len(profiled) == len(todo) else None)
+    warned = []
     for svc, profile in profiled:
         found = judge(profile, svc.check_params())
+        warnings = _config_warnings(svc, profile, cfg.limits, parse_now(None))
+        warned += [f"service {svc.name}: {w}" for w in warnings]
         built.append({"service": svc.name, "rows": profile.rows, "fields": list(profile.fields),
                       "fingerprint": profile.fingerprint, "source": str(svc.reference.path),
-                      "concerns": [c.as_dict() for c in found]})
+                      "concerns": [c.as_dict() for c in found], "warnings": warnings})
         table.add_row(escape(svc.name), f"{profile.rows:,}", profile.fingerprint, escape(", ".join(profile.fields)),
                       escape(str(svc.reference.path)))
         for c in found:
@@ -103,3 +107,22 @@ def reference_build(
         out.print(table)
     if concerns.row_count:
         out.print(concerns)
+    for line in warned:
+        err.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
+
+
+def _config_warnings(service, profile, limits, now) -> list[str]:
+    """What the config names that no reference row holds, and the categorical values the first rows of the
+    logs write otherwise than the reference (none when the logs cannot be read yet)."""
+    from monitor.aggregate.profile import read_reference
+    from monitor.ingest.labels import unmatched
+    from monitor.ingest.sample import log_rows, respelled_warnings
+
+    q = service.quality
+    matched = service.schema_.segments or service.schema_.classes or (q is not None and (q.groups or q.rules))
+    out = unmatched(read_reference(service.reference.path), service, "the reference") if matched else []
+    try:
+        rows = log_rows(service, limits, now)
+    except (OSError, ValueError):
+        rows = None
+    return out + respelled_warnings(profile, service.schema_, rows)

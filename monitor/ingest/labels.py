@@ -168,6 +168,61 @@ def _eval(attrs: pd.DataFrame, expression: str) -> np.ndarray:
     return np.asarray(pd.Series(result, index=frame.index).fillna(False), dtype=bool)
 
 
+def unmatched(frame: pd.DataFrame, service: Service, where: str) -> list[str]:
+    """What the config names that no row of `frame` (reference or log rows, as validated or as read) holds,
+    one line each: a quality group, a segment column, a declared class, an acceptance rule's group or class;
+    each with the values the columns it reads hold. `where` names the rows ("the reference")."""
+    if frame is None or not len(frame):
+        return []
+    q, schema = service.quality, service.schema_
+    attrs = attr_frame(frame, service)
+    out = []
+    masks = groups(attrs, service)
+    for name, expression in (q.groups.items() if q else ()):
+        if not masks[name].any():
+            held = "; ".join(_holds(attrs, c) for c in sorted(expression_columns(expression)))
+            out.append(f"group {name} ({expression}) matches no row of {where}; {held}")
+    for seg in schema.segments:
+        if seg not in attrs or not attrs[seg].notna().any():
+            out.append(f"segment {seg} matches no row of {where}: {_holds(attrs, seg)}")
+    seen = {c for col in ("label", "prediction") if col in frame
+            for c in class_names(frame[col], schema.classes).dropna().unique()}
+    named = [col for col in ("label", "prediction") if col in frame]
+    if named:
+        for c in schema.classes:
+            if c not in seen:
+                out.append(f"class {c} matches no {' or '.join(named)} of {where}; "
+                           + "; ".join(_holds(frame, col) for col in named))
+    for rule in (q.rules if q else ()):
+        title = f"rule {rule.name or rule.metric}"
+        if rule.group not in ("all", "*") and (rule.group not in masks or not masks[rule.group].any()):
+            out.append(f"{title}: group {rule.group} matches no row of {where}"
+                       + ("" if rule.group in masks else f" (groups: {', '.join(sorted(masks))})"))
+        if named and rule.class_ not in ("macro", "weighted", "all") and rule.class_ not in seen:
+            out.append(f"{title}: class {rule.class_} matches no {' or '.join(named)} of {where}")
+    return out
+
+
+def _holds(frame: pd.DataFrame, column: str, most: int = 8) -> str:
+    """`column holds 1, 2, 3 (integers)`: its distinct present values, the first `most` in order, and
+    their type; or that it is absent or empty."""
+    if column not in frame:
+        return f"no column {column}"
+    distinct = pd.Series(frame[column].dropna().unique())
+    if not len(distinct):
+        return f"{column} holds no value"
+    kind = pd.api.types.infer_dtype(distinct, skipna=True)
+    kind = {"integer": "integers", "floating": "floats", "mixed-integer-float": "numbers", "boolean": "booleans",
+            "string": "text"}.get(kind, kind)
+    try:
+        distinct = distinct.sort_values()
+    except TypeError:  # mixed types: in order of appearance
+        pass
+    shown = ", ".join(str(v) for v in distinct.iloc[:most])
+    more = f", ... ({len(distinct)} values)" if len(distinct) > most else ""
+    return f"{column} holds {shown}{more} ({kind})"
+
+
 @dataclass
 class Labelled(Intake):
     """What the label stage read and stored in one tick; counts are requests."""

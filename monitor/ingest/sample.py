@@ -12,13 +12,17 @@ from datetime import datetime
 import pandas as pd
 import pyarrow as pa
 
+from monitor.aggregate.profile import Profile, profile_for
 from monitor.config import FileSource, Limits, Service, SqlSource
 from monitor.contract import DURATIONS, FIELDS, REQUIRED, TIMESTAMPS, Reason, RecordKind
 from monitor.ingest.accept import check_batch
+from monitor.ingest.labels import unmatched
 from monitor.ingest.quarantine import as_written, printable
 from monitor.ingest.shape import PER_SECOND, column_of
 from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import FILE, LINE, OVERSIZE
+from monitor.schema import Schema
+from monitor.values import respelled
 
 SAMPLE_LINES = 1000
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
@@ -96,6 +100,7 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
     examples: dict[str, tuple[Row, str]] = {}  # source column -> (its first row, its value there)
     rejects = []
     converted = []  # accepted rows' times and durations, in the contract's units
+    rows = []  # accepted prediction rows: their values are checked against the reference and the config
     batches = reader.read({})
     try:
         for number, batch in enumerate(batches):
@@ -108,6 +113,8 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
             rejects += bad
             kept = ok[[c for c in ok.columns if c in (LINE, FILE) or c in TIMESTAMPS or c in DURATIONS]]
             converted.append(kept.assign(**{_BATCH: number}))
+            if kind == RecordKind.predictions and len(ok):
+                rows.append(ok)
             if read >= lines:
                 break
     finally:
@@ -130,8 +137,56 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
     used = {column_of(source, name) for name in names}
     unused = [c for c in present if c not in used]
     where = str(source.path) if isinstance(source, FileSource) else source.table
+    values = pd.concat(rows, ignore_index=True) if rows else None
+    checked = (respelled_warnings(reference_profile(service), service.schema_, values)
+               + unmatched(values, service, f"the logs' first {accepted:,} rows") if values is not None else [])
     return SourceSample(service.name, kind.value, where, read, accepted, fields, reasons, unused,
-                        _warnings(kind, source, read, fields) + _undeclared(kind, service, fields, unused))
+                        _warnings(kind, source, read, fields) + _undeclared(kind, service, fields, unused) + checked)
+
+
+def log_rows(service: Service, limits: Limits, now: datetime, lines: int = SAMPLE_LINES) -> pd.DataFrame | None:
+    """The accepted rows among the first `lines` prediction rows of `service`'s source (None: none)."""
+    source = service.sources.predictions
+    small = limits.model_copy(update={"chunk_rows": max(1, min(limits.chunk_rows, lines))})
+    batches = open_source(f"{service.name}/predictions", source, small).read({})
+    rows, read = [], 0
+    try:
+        for batch in batches:
+            ok, _ = check_batch(batch, RecordKind.predictions, service.schema_, limits, now, source)
+            read += batch.rows_read
+            rows += [ok] if len(ok) else []
+            if read >= lines:
+                break
+    finally:
+        batches.close()
+    return pd.concat(rows, ignore_index=True) if rows else None
+
+
+def reference_profile(service: Service) -> Profile | None:
+    """The profile of `service`'s reference file (None without one, or when it cannot be read)."""
+    if service.reference is None:
+        return None
+    try:
+        return profile_for(service.reference.path, service.schema_)
+    except (OSError, ValueError):
+        return None
+
+
+def respelled_warnings(profile: Profile | None, schema: Schema, rows: pd.DataFrame | None) -> list[str]:
+    """A line per categorical value the logs write otherwise than the reference does, though it differs
+    only in case or whitespace (values are already read one way: monitor.values); says how to fold case."""
+    if profile is None or rows is None:
+        return []
+    out = []
+    for name, kind in schema.features.items():
+        if kind != "categorical" or name not in rows or name not in profile.fields:
+            continue
+        seen = [v for v in pd.unique(rows[name].astype(object)) if isinstance(v, str)]
+        for ours, theirs in respelled(profile.fields[name].categories, seen):
+            case = ours.lower() == theirs.lower() and name not in schema.fold_case
+            out.append(f"field {name}: reference has {ours!r}, logs have {theirs!r}"
+                       + (f" (list {name} under schema.fold_case to read them as one)" if case else ""))
+    return out
 
 
 def _undeclared(kind: RecordKind, service: Service, fields: list[FieldSample], unused: list[str]) -> list[str]:
