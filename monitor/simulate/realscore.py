@@ -136,7 +136,8 @@ def score(out: Path) -> CaseScore:
                 "quality change found from labels", len(breaches) > 0 or len(worse) > 0,
                 f"{version} ({fault['change']}): {len(breaches)} acceptance breaches of {len(accept)}"
                 f"{' ' + str(dict(groups)) if len(groups) > 1 or 'all' not in groups else ''}, "
-                f"{len(worse)} confirmed worse verdicts, {len(scored)} quality findings "
+                f"{len(worse)} confirmed worse verdicts (rollback_to {dict(Counter(worse['rollback_to'].fillna('none')))}), "
+                f"{len(scored)} quality findings "
                 f"({int((scored['status'] == 'ok').sum())} with a value)"))
 
     h0, h1 = truth["healthy"]
