@@ -395,8 +395,9 @@ def bias_finding(predicted: np.ndarray, labelled: np.ndarray, classes: Sequence[
     gap = k_hi / n_hi - k_lo / n_lo
     interval = mover(k_hi / n_hi, wilson(k_hi, n_hi), k_lo / n_lo, wilson(k_lo, n_lo))
     table = np.array([[k, n - k] for _, n, k in rows], dtype=float)
-    p = 1.0 if (table.sum(axis=0) == 0).any() else float(sps.chi2.sf(*pearson(table)))
-    status = "breach" if p < BiasThreshold.alpha and gap > tolerance else "ok"
+    # Every prediction labelled (or none): no test to make, and none to count in the window's family.
+    p = None if (table.sum(axis=0) == 0).any() else float(sps.chi2.sf(*pearson(table)))
+    status = "breach" if p is not None and p < BiasThreshold.alpha and gap > tolerance else "ok"
     return Finding("label_bias", {}, gap, status, int(sum(r[1] for r in rows)), effect=gap, interval=interval,
                    p_value=p, detail=extra)
 

@@ -42,6 +42,10 @@ from monitor.verdicts.windows import floor_to
 from storage.store import Store
 
 
+# The decisions a window's versions, classes and groups make at once: one false-discovery budget.
+FAMILY = ("acceptance", "label_bias")
+
+
 @dataclass(frozen=True)
 class WindowQuality:
     """What scoring one window of one model version found."""
@@ -117,11 +121,11 @@ def _decide_by_period(service: Service, store: Store,
     for (length, block), members in blocks.items():
         fresh = {(w.start, w.model_version) for w in members}
         with store.transaction() as session:
-            stored = [r for r in store.findings.load(session, service.name, block, block + q.fdr_period,
-                                                     check="acceptance")
+            stored = [r for check in FAMILY
+                      for r in store.findings.load(session, service.name, block, block + q.fdr_period, check=check)
                       if _utc(r["window_end"]) - _utc(r["window_start"]) == length
                       and (_utc(r["window_start"]), r["model_version"]) not in fresh]
-        new = [(id(w), i, f) for w in members for i, f in enumerate(w.findings) if f.check == "acceptance"]
+        new = [(id(w), i, f) for w in members for i, f in enumerate(w.findings) if f.check in FAMILY]
         old = [_as_finding(r) for r in stored]
         family = control_fdr([f for _, _, f in new] + old, q.fdr_q)
         for (key, i, _), f in zip(new, family[:len(new)], strict=True):
@@ -137,6 +141,15 @@ def _decide_by_period(service: Service, store: Store,
             findings[i] = f
         out.append(replace(w, findings=findings))
     return out, changed
+
+
+def _control(scored: list[WindowQuality], q: float) -> list[list[Finding]]:
+    """Each window's findings with its FAMILY decisions re-decided together by Benjamini-Hochberg."""
+    at = [(j, i) for j, w in enumerate(scored) for i, f in enumerate(w.findings) if f.check in FAMILY]
+    out = [list(w.findings) for w in scored]
+    for (j, i), f in zip(at, control_fdr([scored[j].findings[i] for j, i in at], q), strict=True):
+        out[j][i] = f
+    return out
 
 
 def _utc(t: datetime) -> datetime:
@@ -257,12 +270,12 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
                                               {**statement, "matured": matured}, ref.values)
         out.append(WindowQuality(start, end, version, n_elig, n_lab, matured, findings))
 
-    # The window's own decisions (versions x rules x groups) as one family; score_service widens it to the
-    # windows of the same length in the same fdr_period.
+    # The window's own decisions (versions x rules x groups, and each version's label bias) as one family;
+    # score_service widens it to the windows of the same length in the same fdr_period.
     rules = {w.model_version: _acceptance(service, w.model_version, measured, masks, ref) for w in out if w.matured}
-    decided = iter(control_fdr([f for fs in rules.values() for f in fs], q.fdr_q))
     for w in out:
-        w.findings.extend(next(decided) for _ in rules.get(w.model_version, ()))
+        w.findings.extend(rules.get(w.model_version, ()))
+    out = [replace(w, findings=f) for w, f in zip(out, _control(out, q.fdr_q), strict=True)]
     out = _with_comparisons(service, out, frame, y_true, pred, proba, labelled, classes, positive, start, end)
     return out
 

@@ -220,3 +220,24 @@ def test_a_periods_windows_are_one_family_whichever_are_scored_together(store, t
     after = acceptance(store)
     assert after[hours[4][0]]["value"] == pytest.approx(124 / 150)
     assert [after[s]["status"] == "breach" for s, _ in hours] == [False, True, False, False, True, False]
+
+
+def test_label_bias_shares_the_windows_false_discovery_budget(tmp_path: Path) -> None:
+    """Labels arrive for 80% of predicted Yes and 88% of predicted No (p ~ 2e-4 alone, below label bias's
+    own 1e-3): a breach on its own, but one decision of thirteen in its window (twelve segments' rules and
+    the bias) at fdr_q 0.001, where Benjamini-Hochberg adjusts it to ~0.002: not a discovery."""
+    segs = [f"s{i:02d}" for i in range(12)]
+    ref = pd.concat([reference_frame(binary(500, 450, 500, 480), seg=s) for s in segs], ignore_index=True)
+    rule = [{"name": "segment recall", "metric": "recall", "class": "Yes", "group": "*", "max_drop": 0.1}]
+    svc = service(tmp_path, ref, rule, segments=("seg",), fdr_q=0.001)
+    data = []
+    for s in segs:  # per segment 50 predicted Yes (40 labelled) and 50 predicted No (44 labelled)
+        data += [("Yes", "Yes", s)] * 40 + [(None, "Yes", s)] * 10 + [("No", "No", s)] * 44 + [(None, "No", s)] * 6
+    step = HOUR / (len(data) + 1)
+    stored = [(f"r{i}", "v1", T0 + step * i, "ok", pred, None, {"x": 1.0, "seg": s}, label, 0)
+              for i, (label, pred, s) in enumerate(data)]
+    [scored] = score_window(svc, stored, T0, T0 + HOUR, T0 + 24 * HOUR, reference_quality(svc))
+    [bias] = [f for f in scored.findings if f.check == "label_bias"]
+    assert bias.value == pytest.approx(0.88 - 0.80) and 1e-4 < bias.p_value < 1e-3
+    assert bias.detail["own_status"] == "breach" and bias.detail["family"] == 13
+    assert bias.status == "ok" and bias.detail["p_adjusted"] == pytest.approx(13 * bias.p_value)
