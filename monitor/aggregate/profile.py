@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from monitor.aggregate.bins import atom_edges
 from monitor.aggregate.tokens import most_frequent, text_hash, text_rows, token_counts
 from monitor.classes import class_names
 from monitor.schema import Schema
@@ -186,7 +187,8 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
     label = _profile(class_names(col("label"), schema.classes), "categorical") if "label" in frame else None
     scores = {c: _profile(col(schema.score_column(c)), "numeric")
               for c in schema.classes if schema.score_column(c) in frame}
-    input_tokens = _profile(frame["input_tokens"], "numeric") if "input_tokens" in frame else None
+    # Token counts keep plain quantile edges: their positions also split latency by input length.
+    input_tokens = _profile(frame["input_tokens"], "numeric", atoms=False) if "input_tokens" in frame else None
     return Profile(rows=n, fields=fields, prediction=prediction, label=label, scores=scores,
                    input_tokens=input_tokens)
 
@@ -223,7 +225,7 @@ def resolve(profile: Any, schema: Schema | None) -> Profile | None:
     return profile_for(getattr(profile, "path", profile), schema)
 
 
-def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
+def _profile(values: pd.Series, kind: Kind, atoms: bool = True) -> FieldProfile:
     n = len(values)
     if kind == "categorical":
         return _categorical_profile(values)
@@ -247,7 +249,8 @@ def _profile(values: pd.Series, kind: Kind) -> FieldProfile:
         return FieldProfile(kind, n, missing, (int(np.isinf(v).sum()),), min=None, max=None, **vocab)
     lo, hi = float(finite.min()), float(finite.max())
     finite.sort()
-    edges = tuple(float(e) for e in np.unique(_quantiles(finite, np.linspace(0, 1, N_BINS + 1)[1:-1])))
+    edges = np.unique(_quantiles(finite, np.linspace(0, 1, N_BINS + 1)[1:-1]))
+    edges = tuple(float(e) for e in (atom_edges(finite, edges, N_BINS) if kind == "numeric" and atoms else edges))
     distinct = int(np.count_nonzero(np.diff(finite))) + 1
     # Bin counts from the sorted values: bin k holds edges[k-1] <= v < edges[k]; -inf / +inf the end bins.
     counts = np.diff(np.r_[0, np.searchsorted(finite, edges, side="left"), len(finite)])
