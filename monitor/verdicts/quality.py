@@ -38,9 +38,9 @@ from checks.quality import (
 from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
 from monitor.ingest.labels import ALL_GROUP, attr_frame, groups
+from monitor.verdicts.accepted import AcceptedHistory, Figures
 from monitor.verdicts.windows import floor_to
 from storage.store import Store
-
 
 # The decisions a window's versions, classes and groups make at once: one false-discovery budget.
 FAMILY = ("acceptance", "label_bias")
@@ -95,11 +95,14 @@ def score_service(config: Config, service: Service, store: Store, now: datetime,
     if windows is None:
         windows = windows_holding([], q.windows, now)
     ref = reference_quality(service)
+    history = AcceptedHistory(store, service.name, q.accepted_version, windows)
     scored: list[WindowQuality] = []
-    for start, end in windows:
+    for start, end in sorted(windows):
         with store.transaction() as session:
             rows = store.labels.load(session, service.name, start, end)
-        scored += score_window(service, rows, start, end, now, ref)
+        found = score_window(service, rows, start, end, now, ref, history.before(start, end))
+        history.add([f.to_row(service.name, w.model_version, w.start, w.end) for w in found for f in w.findings])
+        scored += found
     scored, siblings = _decide_by_period(service, store, scored)
     with store.transaction() as session:
         store.findings.upsert(session, [f.to_row(service.name, w.model_version, w.start, w.end, tick_id)
@@ -206,8 +209,11 @@ def _proba(scores: pd.Series, classes: tuple[str, ...], calibrators: dict[str, o
 
 
 def score_window(service: Service, rows: list[tuple], start: datetime, end: datetime, now: datetime,
-                 ref: Reference) -> list[WindowQuality]:
-    """Findings of one window per model version (pure: the rows come from Store.labels.load)."""
+                 ref: Reference, accepted: Figures | None = None) -> list[WindowQuality]:
+    """Findings of one window per model version (pure: the rows come from Store.labels.load). `accepted`:
+    the accepted version's figures before the window (accepted_figures), the baseline of another version's
+    rules when the accepted one did not serve this window; before labels mature, its estimates are judged
+    against the accepted version's estimates (acceptance findings with detail `estimated`)."""
     q = service.quality
     assert q is not None
     if not rows:
@@ -230,7 +236,7 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     matured_by_age = now >= end + q.maturity_horizon
     statement = {"failed_as_miss": q.failed_as_miss}
 
-    out, measured = [], {}
+    out, measured, estimated = [], {}, {}
     versions = sorted(frame["model_version"].unique())
     for version in versions:
         v = (frame["model_version"] == version).to_numpy()
@@ -266,13 +272,17 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
             if sel.any():
                 est = estimate(pred[sel], proba[sel], classes, q.bootstrap_samples,
                                seed_of(q.seed, "estimate", start.isoformat(), end.isoformat(), version, group))
-                findings += estimate_findings(est, realized_all.get(group, {}), group, q.min_n,
-                                              {**statement, "matured": matured}, ref.values)
+                ef = estimate_findings(est, realized_all.get(group, {}), group, q.min_n,
+                                       {**statement, "matured": matured}, ref.values)
+                findings += ef
+                estimated[(version, group)] = {(f.labels["metric"], f.labels["class"]): f for f in ef}
         out.append(WindowQuality(start, end, version, n_elig, n_lab, matured, findings))
 
     # The window's own decisions (versions x rules x groups, and each version's label bias) as one family;
     # score_service widens it to the windows of the same length in the same fdr_period.
-    rules = {w.model_version: _acceptance(service, w.model_version, measured, masks, ref) for w in out if w.matured}
+    rules = {w.model_version: _acceptance(service, w.model_version, measured, masks, ref, accepted or {})
+             if w.matured else _estimated_acceptance(service, w.model_version, estimated, masks, accepted or {})
+             for w in out}
     for w in out:
         w.findings.extend(rules.get(w.model_version, ()))
     out = [replace(w, findings=f) for w, f in zip(out, _control(out, q.fdr_q), strict=True)]
@@ -280,23 +290,57 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     return out
 
 
-def _acceptance(service: Service, version: str, measured: dict, masks: dict, ref: Reference) -> list[Finding]:
+def _acceptance(service: Service, version: str, measured: dict, masks: dict, ref: Reference,
+                history: Figures) -> list[Finding]:
     """Each rule on each of its groups for one version, against the accepted version's figure in the same
-    window when it has one, else the reference's (each an estimate with its n and interval)."""
+    window when it has one, else its figure over its last windows (`history`), else the reference's (each
+    an estimate with its n and interval)."""
     q = service.quality
     out = []
     accepted = q.accepted_version
     for rule in q.rules:
-        targets = [g for g in masks if g != ALL_GROUP] if rule.group == "*" else [rule.group]
-        for group in targets:
+        for group in _targets(rule, masks):
             observed = measured.get((version, group), {}).get((rule.metric, rule.class_))
             base, source = ref.measures.get((rule.metric, rule.class_, group)), "reference"
-            if accepted and accepted != version and (accepted, group) in measured:
-                other = measured[(accepted, group)].get((rule.metric, rule.class_))
-                if other is not None and other.value is not None and other.status == "ok":
-                    base, source = other, f"version {accepted}"
+            if accepted and accepted != version:
+                base, source = _accepted_base(measured, history, accepted, group, rule, False) or (base, source)
             out.append(acceptance_finding(rule, group, observed, base, source, q.min_n))
     return out
+
+
+def _estimated_acceptance(service: Service, version: str, estimated: dict, masks: dict,
+                          history: Figures) -> list[Finding]:
+    """Before labels: each max_drop rule on a version that is not the accepted one, its estimate against the
+    accepted version's estimate (the same window's, else its last windows'): the two estimates share the
+    calibration, so its error cancels. Nothing for the accepted version or without its estimates."""
+    q = service.quality
+    accepted = q.accepted_version
+    if not accepted or accepted == version:
+        return []
+    out = []
+    for rule in (r for r in q.rules if r.max_drop is not None):
+        for group in _targets(rule, masks):
+            observed = estimated.get((version, group), {}).get((rule.metric, rule.class_))
+            found = _accepted_base(estimated, history, accepted, group, rule, True)
+            if observed is None or found is None:
+                continue
+            f = acceptance_finding(rule, group, observed, found[0], found[1], q.min_n)
+            out.append(replace(f, detail={**f.detail, "estimated": True}))
+    return out
+
+
+def _targets(rule, masks: dict) -> list[str]:
+    return [g for g in masks if g != ALL_GROUP] if rule.group == "*" else [rule.group]
+
+
+def _accepted_base(same: dict, history: Figures, accepted: str, group: str, rule,
+                   estimate: bool) -> tuple[Finding | Measure, str] | None:
+    """The accepted version's figure for `rule` on `group`: the same window's (`same`: (version, group) ->
+    figures), else its last windows' (`history`); None when it has neither."""
+    other = same.get((accepted, group), {}).get((rule.metric, rule.class_))
+    if other is not None and other.value is not None and other.status == "ok":
+        return other, f"version {accepted}"
+    return history.get((estimate, rule.metric, rule.class_, group))
 
 
 def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.DataFrame, y_true, pred, proba,
