@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from checks.judge import judge, summary
-from monitor.aggregate.profile import stored_profile
+from monitor.aggregate.profile import read_reference, stored_profile
 from monitor.config import Config, Service
-from monitor.ingest.labels import Labelled, ingest_labels
+from monitor.ingest.labels import Labelled, ingest_labels, unmatched
 from monitor.ingest.quarantine import warning
 from monitor.ingest.sources.batch import Chain, Observer
 from monitor.ingest.stage import Ingested, ingest
@@ -119,6 +119,8 @@ def run_service(config: Config, service: Service, store: Store, now: datetime,
         profile, note = stored_profile(store, service)
         if note:
             report.notes.append(note)
+            if service.reference is not None:  # the profile was just built: what the config names, checked once
+                report.warnings += unmatched(read_reference(service.reference.path), service, "the reference")
         if profile is not None and (concerns := summary(judge(profile, service.check_params()))):
             report.notes.append(concerns)
         ingest(config, service, store, now, tick_id, profile, ingested, observe)

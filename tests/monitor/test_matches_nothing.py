@@ -114,3 +114,21 @@ def test_reference_build_and_check_logs_warn(tmp_path, fair, monkeypatch):
     ]
     table = _run(tmp_path, monkeypatch, "check-logs", "--now", NOW.isoformat())
     assert "warning: group clerical (occupation == '2') matches no row of the logs' first 200 rows" in table.stdout
+
+
+def test_the_first_tick_warns_about_a_group_the_reference_does_not_hold(tmp_path, fair):
+    from monitor.daemon.runner import tick
+    from storage.store import Store
+
+    cfg = _service(tmp_path, fair, {"clerical": "occupation == '2'"})
+    _logs(tmp_path, fair)
+    store = Store(cfg.storage.url)
+    store.upgrade()
+    try:
+        [first] = tick(cfg, store, NOW)
+        [second] = tick(cfg, store, NOW)
+    finally:
+        store.dispose()
+    assert first.status == "ok", first.error
+    assert f"group clerical (occupation == '2') matches no row of the reference; {FLOATS}" in first.warnings
+    assert not any("clerical" in w for w in second.warnings)  # said once, when the profile is built
