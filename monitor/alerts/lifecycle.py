@@ -23,12 +23,11 @@ from monitor.verdicts.verdict import (
 from storage.alerts import AlertState
 from storage.database import utc
 from storage.jsontext import dumps
-
-# How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
 from storage.store import Store
 
 # How far back the onset walk reads stored verdicts: an episode older than this is dated to its limit.
 ONSET_LOOKBACK = timedelta(days=7)
+QUALITY_RULE = "acceptance"  # the check of the acceptance rules: a quality episode holds on them
 # The most clear windows the onset walk crosses between two breaching ones (each is checked against the
 # earlier one's baseline): a longer quiet stretch is taken as the end of an earlier episode.
 MAX_GAP = 8
@@ -240,19 +239,42 @@ def pre_incident(evidence: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, d
     """The pre-incident baseline of each service signal an episode breached on (total latency, failure
     rates, cache), from its verdicts' evidence (earliest first: the first baseline of a signal wins):
     {key: {check, labels, baseline, value}}. Those are compared with the service's own recent history, a
-    baseline that can learn a regression; quality and input checks compare with the reference or the
-    accepted version, and their verdict says when they are back."""
+    baseline that can learn a regression. Each acceptance rule it breached on too: that one
+    compares with the reference or the accepted version, and is back only when a window decides it clear
+    again, not when a window is too small to tell."""
     out: dict[str, dict[str, Any]] = {}
     for items in evidence:
         for e in items:
             labels = dict(e.get("labels") or {})
             service = e["check"] in SERVING_CHECKS or e["check"] == "latency" and is_service_regression(
                 {"labels": labels})
-            if e.get("status") != "breach" or e.get("baseline") is None or e.get("value") is None or not service:
+            if e.get("status") != "breach" or e.get("value") is None:
                 continue
-            out.setdefault(dumps([e["check"], labels]), {"check": e["check"], "labels": labels,
-                                                         "baseline": e["baseline"], "value": e["value"]})
+            if e["check"] == QUALITY_RULE:
+                out.setdefault(dumps([e["check"], labels]), {"check": e["check"], "labels": labels,
+                                                             "baseline": e.get("baseline"), "value": e["value"]})
+            elif service and e.get("baseline") is not None:
+                out.setdefault(dumps([e["check"], labels]), {"check": e["check"], "labels": labels,
+                                                             "baseline": e["baseline"], "value": e["value"]})
     return out
+
+
+def _rule_not_back(p: Mapping[str, Any], found: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why an acceptance rule an episode breached on is not back in `found` (a window's findings, the
+    shortest first), or None when a window decides it clear or none scored it. Labelled findings speak
+    first: an estimate does not clear what labels can judge."""
+    mine = [f for f in found if f["check"] == p["check"] and dict(f.get("labels") or {}) == p["labels"]]
+    labelled = [f for f in mine if not (f.get("detail") or {}).get("estimated")]
+    mine = labelled or mine
+    decided = next((f for f in mine if f["status"] in ("ok", "breach")), None)
+    f = decided or next(iter(mine), None)
+    if f is None or f["status"] == "ok":
+        return None
+    labels = ",".join(f"{k}={v}" for k, v in sorted(p["labels"].items()) if k != "rule")
+    what = f"rule {p['labels'].get('rule')} ({labels})"
+    if f["status"] == "insufficient":
+        return f"{what}: too few labels to tell (n={f.get('n') or 0})"
+    return f"{what} still breaching: {float(f['value']):.3g} vs {float(f['baseline'] or 0):.3g}"
 
 
 def not_back(pre: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
@@ -264,6 +286,10 @@ def not_back(pre: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, 
     by_key = {dumps([f["check"], dict(f.get("labels") or {})]): f for f in found if f["status"] in ("ok", "breach")}
     out = []
     for key, p in pre.items():
+        if p["check"] == QUALITY_RULE:
+            if (why := _rule_not_back(p, found)) is not None:
+                out.append(why)
+            continue
         f = by_key.get(key)
         if f is None or f.get("value") is None:
             continue

@@ -284,6 +284,9 @@ def service_samples(service: Service, store: Store, now: datetime, settings: Ale
         pre = (row.annotations or {}).get("pre_incident")
         if pre and by_version.get(version) is not None:
             found = fit_windows([[f for f in found if f["model_version"] == version] for found in by_length])
+            # The matured quality windows' acceptance rules too: a rule is judged where its labels are.
+            found += [f for _, rules in matured for f in rules
+                      if f["model_version"] == version and f["check"] == "acceptance"]
             held[(alertname, version)] = not_back(pre, found, settings.verdict)
     samples = verdict_samples(service, by_version, history, settings, end=end, shortest=end - start,
                               serving=serving, last_active_end=last_active_end, held=held,

@@ -122,3 +122,46 @@ def test_inhibition_needs_a_firing_source_with_equal_labels():
     regression_v3 = firing({**LABELS, "model_version": "v3"})
     assert muted_by(drift, [regression_v3, drift], [], SETTINGS, T0) is None
     assert muted_by(drift, [firing(), drift], [], SETTINGS, T0) == "inhibited by ModelRegression"
+
+
+RULE = {"rule": "recall", "metric": "recall", "class": "1", "group": "occupation_5"}
+
+
+def _rule(status: str, n: int = 40, estimated: bool = False, value: float = 0.7) -> dict:
+    return {"check": "acceptance", "labels": dict(RULE), "status": status, "n": n, "value": value,
+            "baseline": 0.8, "detail": {"estimated": True} if estimated else {}}
+
+
+# (name, the window's acceptance findings, held)
+RULE_BACK = [
+    ("decided clear: back", [_rule("ok", 400)], False),
+    ("too few labels to tell: held", [_rule("insufficient", 12)], True),
+    ("still breaching: held", [_rule("breach", 400)], True),
+    ("not scored at all (no such group today): not held", [], False),
+    ("an estimate does not clear what labels hold", [_rule("insufficient", 12), _rule("ok", 900, estimated=True)], True),
+    ("an estimate speaks when no label scored it", [_rule("ok", 900, estimated=True)], False),
+    ("the shortest decided window speaks", [_rule("insufficient", 12), _rule("ok", 300)], False),
+]
+
+
+@pytest.mark.parametrize("name,found,held", RULE_BACK, ids=[r[0] for r in RULE_BACK])
+def test_a_quality_episode_is_back_only_where_a_window_decides_it(name, found, held):
+    """An episode that breached on an acceptance rule holds until a window decides the rule clear: a
+    small group's window that cannot exclude the drop neither resolves it nor counts as clear."""
+    from monitor.alerts.lifecycle import lifecycle, not_back, pre_incident
+    from monitor.verdicts.verdict import Verdict
+
+    pre = pre_incident([[{"check": "acceptance", "labels": dict(RULE), "status": "breach", "value": 0.6,
+                          "baseline": 0.8, "n": 300}]])
+    assert list(pre.values()) == [{"check": "acceptance", "labels": RULE, "baseline": 0.8, "value": 0.6}]
+    why = not_back(pre, found, Alerts().verdict)
+    assert bool(why) == held, why
+    if held:
+        assert "occupation_5" in why[0] and ("too few labels" in why[0] or "still breaching" in why[0])
+    # The lifecycle: a healthy verdict long after the breach resolves only when nothing holds it.
+    healthy = Verdict("svc", "v2", T0, T0 + timedelta(days=1), "healthy", rows=500)
+    active, resolves, notes = lifecycle("v2", healthy, [], ("worse", "both"), end=T0 + timedelta(days=1),
+                                        shortest=timedelta(days=1), serving=["v2"], resolve_after=1,
+                                        last_active_end=T0 - timedelta(days=3), not_back=why)
+    assert (active, resolves) == (False, not held)
+    assert ("clearing" in notes) == held and ("resolution" in notes) == (not held)
