@@ -220,10 +220,11 @@ class Verdicts(Repository):
 
     def attach(self, session: Session, incident_id: int, service: str, model_version: str, since: datetime,
                until: datetime, verdicts: tuple[str, ...]) -> None:
-        """Point the verdicts among `verdicts` of `model_version` in windows from `since` to `until` that
-        point at no incident yet at incident `incident_id`."""
+        """Point the verdicts among `verdicts` of `model_version` whose windows overlap `since`..`until` (and
+        end by `until`) that point at no incident yet at incident `incident_id`: a longer window that began
+        before the onset and breached on it belongs to the incident too."""
         for row in session.scalars(select(VerdictRow).where(
                 VerdictRow.service == service, VerdictRow.model_version == model_version,
-                VerdictRow.window_start >= since, VerdictRow.window_end <= until, VerdictRow.incident_id.is_(None),
+                VerdictRow.window_end > since, VerdictRow.window_end <= until, VerdictRow.incident_id.is_(None),
                 VerdictRow.verdict.in_(verdicts))):
             row.incident_id = incident_id

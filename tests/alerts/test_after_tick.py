@@ -136,6 +136,29 @@ def test_an_open_incident_claims_each_window_as_it_is_scored_not_only_when_it_no
                                                                                           for k in range(2, 6)]
 
 
+def test_a_longer_window_that_began_before_the_onset_belongs_to_the_incident(open_store, tmp_path):
+    """An hour's window from T0 holds the episode's first windows (its onset is T0 + 2W) and breaches on
+    them: its verdict points at the incident, though it began before the onset."""
+    config = make_config(tmp_path, slack_url="http://127.0.0.1:9/api/", alerts={"verdict": {"for": "15m"}})
+    for k, shape in enumerate(SLOWER_EPISODE):
+        write_window(open_store(), k, shape)
+    store = open_store()
+    with store.transaction() as session:
+        tick = store.ticks.start(session, "churn", at(4))
+    with store.transaction() as session:  # scored by the tick at(4), as a tick scores its hour
+        store.findings.upsert(session, [{**f, "service": "churn", "model_version": "v2", "window_start": T0,
+                                         "window_end": T0 + HOUR, "tick_id": tick} for f in shape_findings("slower")])
+    for k in range(1, 7):
+        after_tick(config, open_store(), at(k))
+    store = open_store()
+    with store.transaction() as session:
+        [inc] = store.incidents.load(session, "churn")
+        verdicts = store.verdicts.load(session, "churn")
+    assert inc["first_window_start"] == T0 + 2 * W
+    [hour] = [v for v in verdicts if v["window_end"] - v["window_start"] == HOUR]
+    assert hour["verdict"] == "slower" and hour["incident_id"] == inc["id"]
+
+
 @pytest.mark.parametrize("gap", ["first start", "restart"])
 def test_an_episode_inside_a_backlog_opens_and_resolves_as_it_would_have_live(open_store, tmp_path, gap):
     """The whole slower episode lies in windows one tick scored (a first start on a backlog, or a restart
