@@ -95,7 +95,7 @@ def score_service(config: Config, service: Service, store: Store, now: datetime,
     if windows is None:
         windows = windows_holding([], q.windows, now)
     ref = reference_quality(service)
-    history = AcceptedHistory(store, service.name, q.accepted_version, windows)
+    history = AcceptedHistory(store, service.name, accepted_of(service), windows)
     scored: list[WindowQuality] = []
     for start, end in sorted(windows):
         with store.transaction() as session:
@@ -211,7 +211,7 @@ def _proba(scores: pd.Series, classes: tuple[str, ...], calibrators: dict[str, o
 def score_window(service: Service, rows: list[tuple], start: datetime, end: datetime, now: datetime,
                  ref: Reference, accepted: Figures | None = None) -> list[WindowQuality]:
     """Findings of one window per model version (pure: the rows come from Store.labels.load). `accepted`:
-    the accepted version's figures before the window (accepted_figures), the baseline of another version's
+    the accepted version's figures before the window (AcceptedHistory.before), the baseline of another version's
     rules when the accepted one did not serve this window; before labels mature, its estimates are judged
     against the accepted version's estimates (acceptance findings with detail `estimated`)."""
     q = service.quality
@@ -297,7 +297,7 @@ def _acceptance(service: Service, version: str, measured: dict, masks: dict, ref
     an estimate with its n and interval)."""
     q = service.quality
     out = []
-    accepted = q.accepted_version
+    accepted = accepted_of(service)
     for rule in q.rules:
         for group in _targets(rule, masks):
             observed = measured.get((version, group), {}).get((rule.metric, rule.class_))
@@ -314,7 +314,7 @@ def _estimated_acceptance(service: Service, version: str, estimated: dict, masks
     accepted version's estimate (the same window's, else its last windows'): the two estimates share the
     calibration, so its error cancels. Nothing for the accepted version or without its estimates."""
     q = service.quality
-    accepted = q.accepted_version
+    accepted = accepted_of(service)
     if not accepted or accepted == version:
         return []
     out = []
@@ -327,6 +327,15 @@ def _estimated_acceptance(service: Service, version: str, estimated: dict, masks
             f = acceptance_finding(rule, group, observed, found[0], found[1], q.min_n)
             out.append(replace(f, detail={**f.detail, "estimated": True}))
     return out
+
+
+def accepted_of(service: Service) -> str | None:
+    """The version other versions' quality is judged against: quality.accepted_version, else the last of
+    the service's accepted_versions; None without either."""
+    q = service.quality
+    if q is not None and q.accepted_version:
+        return q.accepted_version
+    return service.accepted_versions[-1] if service.accepted_versions else None
 
 
 def _targets(rule, masks: dict) -> list[str]:
@@ -351,7 +360,8 @@ def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.Data
     versions = [w.model_version for w in out]
     if len(versions) < 2:
         return out
-    base = q.accepted_version if q.accepted_version in versions else versions[0]
+    accepted = accepted_of(service)
+    base = accepted if accepted in versions else versions[0]
     idx = {v: pd.Series(np.flatnonzero((frame["model_version"] == v).to_numpy()),
                         index=frame["request_id"][frame["model_version"] == v].to_numpy()) for v in versions}
     for w in out:
