@@ -26,6 +26,9 @@ from monitor.schema import Schema
 from monitor.values import category_values
 
 N_BINS = 10  # quantile bins per numeric field and text length
+# Class scores are binned no finer than this, with edges halfway between its steps: a reference keeps a
+# probability of 3e-7 where logs write 0.0000 or 0.00, and the two are the same output.
+SCORE_RESOLUTION = 0.01
 MAX_CATEGORIES = 200  # categories kept per field; the rest of the reference is `truncated` into the other bin
 FORMAT = 1  # bump when the JSON layout changes (fields added with a default that to_json leaves out do not)
 VOCABULARY = 5000  # tokens kept per text field: the reference's most frequent
@@ -185,7 +188,7 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
     prediction = _profile(class_names(col("prediction"), schema.classes), "categorical") if "prediction" in frame \
         else None
     label = _profile(class_names(col("label"), schema.classes), "categorical") if "label" in frame else None
-    scores = {c: _profile(col(schema.score_column(c)), "numeric")
+    scores = {c: _profile(col(schema.score_column(c)), "numeric", resolution=SCORE_RESOLUTION)
               for c in schema.classes if schema.score_column(c) in frame}
     # Token counts keep plain quantile edges: their positions also split latency by input length.
     input_tokens = _profile(frame["input_tokens"], "numeric", atoms=False) if "input_tokens" in frame else None
@@ -225,7 +228,8 @@ def resolve(profile: Any, schema: Schema | None) -> Profile | None:
     return profile_for(getattr(profile, "path", profile), schema)
 
 
-def _profile(values: pd.Series, kind: Kind, atoms: bool = True) -> FieldProfile:
+def _profile(values: pd.Series, kind: Kind, atoms: bool = True, resolution: float | None = None) -> FieldProfile:
+    """The field's profile; `resolution`: bin edges rounded to it (finer differences are no change)."""
     n = len(values)
     if kind == "categorical":
         return _categorical_profile(values)
@@ -250,7 +254,10 @@ def _profile(values: pd.Series, kind: Kind, atoms: bool = True) -> FieldProfile:
     lo, hi = float(finite.min()), float(finite.max())
     finite.sort()
     edges = np.unique(_quantiles(finite, np.linspace(0, 1, N_BINS + 1)[1:-1]))
-    edges = tuple(float(e) for e in (atom_edges(finite, edges, N_BINS) if kind == "numeric" and atoms else edges))
+    edges = atom_edges(finite, edges, N_BINS) if kind == "numeric" and atoms else edges
+    if resolution is not None:  # halfway between the steps values written to `resolution` round to
+        edges = np.unique((np.round(edges / resolution - 0.5) + 0.5) * resolution)
+    edges = tuple(float(e) for e in edges)
     distinct = int(np.count_nonzero(np.diff(finite))) + 1
     # Bin counts from the sorted values: bin k holds edges[k-1] <= v < edges[k]; -inf / +inf the end bins.
     counts = np.diff(np.r_[0, np.searchsorted(finite, edges, side="left"), len(finite)])

@@ -130,3 +130,34 @@ def test_an_atom_of_the_reference_is_a_bin_of_its_own(values, edges):
     else:
         assert ref.edges == pytest.approx(edges)
     assert sum(ref.counts) == len(values)
+
+
+@pytest.mark.parametrize("digits_logged", [4, 3, 2])
+def test_class_scores_written_at_another_precision_than_the_reference_do_not_drift(make, window, digits_logged):
+    """A classifier's probabilities for the classes it does not predict are tiny (1e-7 .. 1e-4): the
+    reference keeps them at 6 decimals, the logs at `digits_logged`, where they read 0. The same model on
+    the same inputs: its score histograms must not drift."""
+    rng = np.random.default_rng(5)
+    schema = Schema(features={}, classes=["a", "b", "c"])
+
+    def scores(n: int, decimals: int) -> pd.DataFrame:
+        z = rng.normal(0, 1, (n, 3)) * 6 + np.array([9.0, 0.0, 0.0])
+        z[: n // 3] = z[: n // 3][:, [1, 0, 2]]  # a third of the rows predicted b
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        frame = pd.DataFrame({f"score_{c}": p[:, i].round(decimals) for i, c in enumerate("abc")})
+        frame["prediction"] = np.array(list("abc"))[p.argmax(axis=1)]
+        return frame
+
+    reference = scores(600, 6)
+    profile = build_profile(reference, schema)
+    logged = scores(5000, digits_logged)
+    w = window(make(len(logged), **{c: logged[c].to_numpy() for c in logged}), schema, profile)
+    drifted = [(f.labels, f.value) for f in evaluate(w, profile, None, only=("prediction_drift",))
+               if f.status == "breach"]
+    assert drifted == []
+    # A real change of the scores still drifts: class a's probabilities halved for every row.
+    moved = logged.assign(score_a=(logged["score_a"] / 2).round(digits_logged))
+    w = window(make(len(moved), **{c: moved[c].to_numpy() for c in moved}), schema, profile)
+    assert any(f.status == "breach" and f.labels.get("output") == "score:a"
+               for f in evaluate(w, profile, None, only=("prediction_drift",))), "a real shift must drift"
