@@ -26,6 +26,7 @@ from monitor.aggregate.keys import (
     TOKENS,
     TOKENS_PER_S,
     TTFT,
+    UNTIMED_TIMEOUTS,
 )
 from monitor.aggregate.partial import Partial
 from monitor.aggregate.profile import Profile
@@ -72,10 +73,10 @@ def quantile_interval(sketch: Sketch, q: float) -> tuple[tuple[float, float] | N
 
 
 def _quantile(key: dict[str, str], w: Sketch, b: Sketch, q: float, lower_is_worse: bool, unit: str,
-              params: LatencyThreshold) -> Finding:
+              params: LatencyThreshold, extra: dict | None = None) -> Finding:
     """The finding of quantile q of window sketch `w` against baseline sketch `b`: a breach when the two
     95% intervals do not overlap in the harmful direction and the estimates clear the effect floors
-    (max_ratio, and min_delta_ms for latency)."""
+    (max_ratio, and min_delta_ms for latency). `extra` is added to its detail."""
     value, base = w.quantile(q), b.quantile(q)
     interval, level = quantile_interval(w, q)
     b_interval, b_level = quantile_interval(b, q)
@@ -93,7 +94,7 @@ def _quantile(key: dict[str, str], w: Sketch, b: Sketch, q: float, lower_is_wors
     return Finding("latency", key, value, status, w.count, baseline=base, effect=ratio, interval=interval,
                    detail={"unit": unit, "baseline_n": b.count, "needed_n": need, "interval_level": level,
                            "baseline_interval": b_interval, "baseline_interval_level": b_level,
-                           "relative_accuracy": RELATIVE_ACCURACY})
+                           "relative_accuracy": RELATIVE_ACCURACY, **(extra or {})})
 
 
 def _labels(key: str) -> dict[str, str]:
@@ -120,15 +121,20 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
     total latency per input-length bucket (labels length, bucket); the share of requests that failed,
     timed out or were rejected (label rate); output tokens per second, throughput and queue trend (see
     _service). Quantiles with fewer values in window or baseline than their 95% interval needs
-    (detail.needed_n), and everything but the queue trend without a baseline, are 'insufficient'."""
+    (detail.needed_n), and everything but the queue trend without a baseline, are 'insufficient'. Total
+    latency leaves out timed-out requests without a latency when no deadline is set (detail.untimed_timeouts)."""
     out = []
     keys = sorted(k for k in window.sketches.keys() | (baseline.sketches.keys() if baseline else set())
                   if _is_latency(k))
+    # Timed-out requests that logged no latency (and no deadline to count them at) are not in the total's
+    # sketch: its findings say how many, so no reader takes it for the latency of every request.
+    untimed = window.counts[UNTIMED_TIMEOUTS]
     for key in keys:
         w = window.sketches.get(key, Sketch())
         b = baseline.sketches.get(key, Sketch()) if baseline is not None else Sketch()
+        extra = {"untimed_timeouts": untimed} if key == LATENCY and untimed else None
         for label, q in QUANTILES.items():
-            out.append(_quantile({**_labels(key), "quantile": label}, w, b, q, False, "ms", params))
+            out.append(_quantile({**_labels(key), "quantile": label}, w, b, q, False, "ms", params, extra))
     for label, key in RATES.items():
         n, k = window.rows, window.counts[key]
         b_n = baseline.rows if baseline is not None else 0

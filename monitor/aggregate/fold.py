@@ -38,12 +38,14 @@ THREAD_ROWS = 65536  # rows of a fold from which a worker thread takes a share o
 
 
 def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: bool,
-         schema: Schema | None = None, profile: Any = None) -> list[PartialRow]:
+         schema: Schema | None = None, profile: Any = None, deadline_ms: float | None = None) -> list[PartialRow]:
     """Fold joined prediction rows into partials per (model_version, bucket, segment).
 
     `timed`: a timing source is configured, so `joined` / `unmatched` are counted.
     `schema`: features, signals, classes to aggregate (None: counts, statuses, latency, cache only).
     `profile`: a Profile, or a config Reference / path to profile (cached); None: no histograms or ranges.
+    `deadline_ms`: the service's request deadline; a timed-out row without latency_ms counts at it in total
+    latency (None: it is counted as UNTIMED_TIMEOUTS instead).
     """
     if frame.empty:
         return []
@@ -83,7 +85,7 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
         dense = np.cumsum(np.r_[0, parent[1:] != parent[:-1]])  # group -> its parent's group, 0..n-1
         everyone = Totals(dense[accs[src].g], int(dense[-1]) + 1)
     # Each per-row value is computed once, counted into every grouping, and dropped.
-    _fold_rows(frame, schema or Schema(), prof, timed, accs, everyone)
+    _fold_rows(frame, schema or Schema(), prof, timed, accs, everyone, deadline_ms)
     if groupings[0][1] is not None:
         accs.insert(0, accs[src].summed(dense))
         accs[0].sketches.update(everyone.sketches)
@@ -165,7 +167,7 @@ def _segment_codes(name: str, column: pd.Series) -> tuple[np.ndarray, np.ndarray
 
 
 def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, timed: bool, accs: list[Totals],
-               everyone: Totals) -> None:
+               everyone: Totals, deadline_ms: float | None = None) -> None:
     """Count and sketch each per-row value into every grouping of `accs`; what only the every-row partials
     hold into `everyone` (one of `accs` when there is no segment column)."""
     n = len(frame)
@@ -191,7 +193,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         fold_cache(frame, hits, misses, accs)
         if timed:
             fold_cache_time(frame, hits & joined, misses & joined, accs)
-    latency = Values(numbers(frame[keys.LATENCY])) if keys.LATENCY in frame else None
+    latency = Values(_total_latency(frame, accs, deadline_ms)) if keys.LATENCY in frame else None
     fold_service(frame, accs, latency, everyone)
 
     for name in [keys.LATENCY] + [c for c in frame.columns if c.startswith(keys.STAGE_PREFIX)]:
@@ -242,6 +244,20 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
             if column in frame:
                 hist(accs, keys.score(cls), bin_codes(ref.edges, numbers(frame[column]))
                       if ref.kind == "numeric" else ref.bin_index(frame[column]), ref.bins)
+
+
+def _total_latency(frame: pd.DataFrame, accs: list[Totals], deadline_ms: float | None) -> np.ndarray:
+    """Each row's total latency in ms, a timed-out row that logged none at `deadline_ms`: a service that
+    gives up on a request spent the deadline on it. Without a deadline those rows are counted
+    (UNTIMED_TIMEOUTS), so no reader takes the latency of the rest for the latency of every request."""
+    v = numbers(frame[keys.LATENCY])
+    untimed = np.isnan(v) & frame["status"].eq("timeout").to_numpy(dtype=bool)
+    if not untimed.any():
+        return v
+    if deadline_ms is None:
+        count(accs, keys.UNTIMED_TIMEOUTS, untimed)
+        return v
+    return np.where(untimed, deadline_ms, v)  # a new array: `v` may be the frame's own
 
 
 def _fold_feature(frame: pd.DataFrame, name: str, kind: str, ref: FieldProfile | None, accs: list[Totals],

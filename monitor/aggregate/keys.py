@@ -56,6 +56,8 @@ def status(value: str) -> str:
 
 
 OK, TIMEOUT, REJECTED, ERROR = status("ok"), status("timeout"), status("rejected"), status("error")
+# Timed-out rows that logged no latency_ms with no deadline configured: left out of the total latency sketch.
+UNTIMED_TIMEOUTS = "untimed:timeout"
 
 
 def cache_hit(state: str | None = None) -> str:

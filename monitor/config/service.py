@@ -325,6 +325,9 @@ class Service(StrictModel):
     reference: Reference | None = None
     buckets: Buckets = Field(default_factory=Buckets)
     join: Join = Field(default_factory=Join)
+    # the service's request deadline: a request logged `status: timeout` without latency_ms counts in total
+    # latency at it; None: such requests are left out of it, and the verdicts say how many were
+    deadline: Duration | None = Field(None, gt=timedelta(0))
     # check name -> overrides of its threshold fields (checks/<family>.py; defaults are the class's)
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # the history that latency, cache and signal checks compare a window with
@@ -345,6 +348,11 @@ class Service(StrictModel):
     def _known_checks(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         thresholds(value)
         return value
+
+    @property
+    def deadline_ms(self) -> float | None:
+        """The request deadline in ms, None when not configured."""
+        return None if self.deadline is None else self.deadline / timedelta(milliseconds=1)
 
     def check_params(self) -> dict[str, Any]:
         """Check name -> its threshold object, for the checks this service overrides."""

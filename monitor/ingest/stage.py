@@ -161,7 +161,7 @@ class _Step:
 
 def _fold_step(ready: pd.DataFrame, service: Service, timed: bool, profile: Profile | None) -> tuple[list, dict]:
     partials = fold(ready, service.buckets.size, service.schema_.segments, timed=timed, schema=service.schema_,
-                    profile=profile)
+                    profile=profile, deadline_ms=service.deadline_ms)
     return partials, first_sightings(ready)
 
 

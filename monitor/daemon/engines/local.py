@@ -59,11 +59,13 @@ class Scan:
     timed: bool
     since: datetime | None = None
     until: datetime | None = None
+    deadline_ms: float | None = None  # the service's request deadline (Service.deadline)
 
     @classmethod
     def of(cls, service: Service, limits: Limits, profile: Profile | None, now: datetime, timed: bool,
            since: datetime | None = None, until: datetime | None = None) -> Scan:
-        return cls(service.name, service.schema_, limits, service.buckets.size, profile, now, timed, since, until)
+        return cls(service.name, service.schema_, limits, service.buckets.size, profile, now, timed, since, until,
+                   service.deadline_ms)
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def chunk_partials(table: pa.Table, scan: Scan, where: str = "chunk") -> ChunkRe
         counts["joined"] = int(ready["joined"].sum())
         counts["unmatched"] = len(ready) - counts["joined"]
     partials = fold(ready, scan.bucket, scan.schema.segments, timed=scan.timed, schema=scan.schema,
-                    profile=scan.profile)
+                    profile=scan.profile, deadline_ms=scan.deadline_ms)
     return ChunkResult(partials, +counts)
 
 
