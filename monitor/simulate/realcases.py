@@ -36,11 +36,10 @@ from monitor.simulate.realdata import (
     Case,
     Fault,
     _arrivals,
-    _class_dtype,
     _iso,
     _Model,
-    _rfc3339,
     label_rows,
+    log_frames,
     write_logs,
 )
 
@@ -288,22 +287,8 @@ def build(case: ServedCase, out: Path) -> dict:
     latency = np.nansum(np.column_stack([stages[s] for s in STAGES]), axis=1) + overhead
     latency = np.where(timeout, case.deadline_ms, latency)
 
-    request_id = np.array([f"{case.dataset[:3]}-{case.seed}-{i:07d}" for i in range(n)], dtype=object)
-    preds = pd.DataFrame({"request_id": request_id, "ts": _rfc3339(ts), "model_version": version,
-                          "status": status})
-    if replica is not None:
-        preds["replica"] = replica
-    for f in trained.features:
-        preds[f] = rows[f].to_numpy()
-    ok = status == "ok"
-    preds["prediction"] = pd.array(np.where(ok, prediction, None), dtype=_class_dtype(trained.classes))
-    for i, cls in enumerate(trained.classes):
-        preds[f"score_{cls}"] = np.where(ok, proba[:, i].round(4), np.nan)
-    preds["latency_ms"] = latency.round(3)
-    timing = pd.DataFrame({"request_id": np.repeat(request_id, len(STAGES)),
-                           "stage": np.tile(np.array(STAGES, dtype=object), n),
-                           "duration_ms": np.column_stack([stages[s] for s in STAGES]).ravel().round(3)})
-    timing = timing[timing["duration_ms"].notna()]  # a failed request never reached its later stages
+    request_id, preds, timing = log_frames(case, trained, ts, version, status, rows, prediction, proba, latency,
+                                           stages, None if replica is None else {"replica": replica})
     labels = label_rows(case, rng, request_id, ts, rows["label"].to_numpy())
     write_logs(out, preds, timing, labels, ts, request_id)
     trained.reference.to_parquet(out / "reference.parquet", index=False)

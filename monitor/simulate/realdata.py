@@ -260,22 +260,9 @@ def build(case: Case, out: Path) -> dict:
     stages["postprocess"] = np.where(timeout, np.nan, stages["postprocess"])
     latency = np.nansum(np.column_stack([stages[s] for s in STAGES]), axis=1) + rng.gamma(2, 0.05, n)
 
-    request_id = np.array([f"{case.dataset[:3]}-{case.seed}-{i:07d}" for i in range(n)], dtype=object)
-    preds = pd.DataFrame({"request_id": request_id, "ts": _rfc3339(ts), "model_version": version,
-                          "status": status})
-    for f in trained.features:
-        preds[f] = rows[f].to_numpy()
+    request_id, preds, timing = log_frames(case, trained, ts, version, status, rows, prediction, proba, latency,
+                                           stages)
     ok = status == "ok"
-    preds["prediction"] = pd.array(np.where(ok, prediction, None), dtype=_class_dtype(trained.classes))
-    for i, cls in enumerate(trained.classes):
-        preds[f"score_{cls}"] = np.where(ok, proba[:, i].round(4), np.nan)
-    preds["latency_ms"] = latency.round(3)
-
-    timing = pd.DataFrame({"request_id": np.repeat(request_id, len(STAGES)),
-                           "stage": np.tile(np.array(STAGES, dtype=object), n),
-                           "duration_ms": np.column_stack([stages[s] for s in STAGES]).ravel().round(3)})
-    timing = timing[timing["duration_ms"].notna()]  # a failed request never reached its later stages
-
     labels = label_rows(case, rng, request_id, ts, rows["label"].to_numpy())
     write_logs(out, preds, timing, labels, ts, request_id)
     trained.reference.to_parquet(out / "reference.parquet", index=False)
@@ -335,6 +322,30 @@ def write_logs(out: Path, preds: pd.DataFrame, timing: pd.DataFrame, labels: pd.
     labels = labels.assign(label_ts=_rfc3339(labels["label_ts"].to_numpy()))
     for d in np.unique(label_day):
         _jsonl(logs / "labels" / f"labels-{d}.jsonl", labels[label_day == d])
+
+
+def log_frames(case: Case, trained: _Model, ts: np.ndarray, version: np.ndarray, status: np.ndarray,
+               rows: pd.DataFrame, prediction: np.ndarray, proba: np.ndarray, latency: np.ndarray,
+               stages: dict[str, np.ndarray], extra: dict[str, np.ndarray] | None = None
+               ) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame]:
+    """(request ids, prediction rows, stage timing rows) as the logs hold them: features as served, the
+    prediction and scores of `ok` requests only, `extra` columns (routing) after the status."""
+    n = len(ts)
+    request_id = np.array([f"{case.dataset[:3]}-{case.seed}-{i:07d}" for i in range(n)], dtype=object)
+    preds = pd.DataFrame({"request_id": request_id, "ts": _rfc3339(ts), "model_version": version,
+                          "status": status, **(extra or {})})
+    for f in trained.features:
+        preds[f] = rows[f].to_numpy()
+    ok = status == "ok"
+    preds["prediction"] = pd.array(np.where(ok, prediction, None), dtype=_class_dtype(trained.classes))
+    for i, cls in enumerate(trained.classes):
+        preds[f"score_{cls}"] = np.where(ok, proba[:, i].round(4), np.nan)
+    preds["latency_ms"] = latency.round(3)
+    timing = pd.DataFrame({"request_id": np.repeat(request_id, len(STAGES)),
+                           "stage": np.tile(np.array(STAGES, dtype=object), n),
+                           "duration_ms": np.column_stack([stages[s] for s in STAGES]).ravel().round(3)})
+    timing = timing[timing["duration_ms"].notna()]  # a failed request never reached its later stages
+    return request_id, preds, timing
 
 
 def _class_dtype(classes: list) -> str:
