@@ -35,11 +35,11 @@ from monitor.simulate.realdata import (
     STAGES,
     Case,
     Fault,
-    _arrivals,
     _iso,
     _Model,
     label_rows,
     log_frames,
+    served_rows,
     write_logs,
 )
 
@@ -244,11 +244,8 @@ def build(case: ServedCase, out: Path) -> dict:
     rng = np.random.default_rng(case.seed + 1)
     served = _train(case)
     trained = served.model
-    ts = _arrivals(case, rng)
+    ts, rows, day = served_rows(case, trained, rng)
     n = len(ts)
-    picks = np.concatenate([rng.permutation(len(trained.pool)) for _ in range(n // len(trained.pool) + 1)])[:n]
-    rows = trained.pool.iloc[picks].reset_index(drop=True)
-    day = (ts - case.start.timestamp()) / 86400
     version = np.full(n, case.version, dtype=object)
     for fault in case.faults:
         if fault.kind == "quality":

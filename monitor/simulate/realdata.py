@@ -227,12 +227,8 @@ def build(case: Case, out: Path) -> dict:
     out = Path(out)
     rng = np.random.default_rng(case.seed + 1)
     trained = _train(case)
-    ts = _arrivals(case, rng)
+    ts, rows, day = served_rows(case, trained, rng)
     n = len(ts)
-    # Rows drawn from the pool, each used once before any repeats.
-    picks = np.concatenate([rng.permutation(len(trained.pool)) for _ in range(n // len(trained.pool) + 1)])[:n]
-    rows = trained.pool.iloc[picks].reset_index(drop=True)
-    day = (ts - case.start.timestamp()) / 86400
     version = np.full(n, case.version, dtype=object)
     seen = rows[trained.features]
     for fault in case.faults:
@@ -322,6 +318,15 @@ def write_logs(out: Path, preds: pd.DataFrame, timing: pd.DataFrame, labels: pd.
     labels = labels.assign(label_ts=_rfc3339(labels["label_ts"].to_numpy()))
     for d in np.unique(label_day):
         _jsonl(logs / "labels" / f"labels-{d}.jsonl", labels[label_day == d])
+
+
+def served_rows(case: Case, trained: _Model, rng: np.random.Generator) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
+    """(arrival times in epoch s, the rows served at them, days since the start): rows drawn from the
+    pool, each used once before any repeats."""
+    ts = _arrivals(case, rng)
+    n = len(ts)
+    picks = np.concatenate([rng.permutation(len(trained.pool)) for _ in range(n // len(trained.pool) + 1)])[:n]
+    return ts, trained.pool.iloc[picks].reset_index(drop=True), (ts - case.start.timestamp()) / 86400
 
 
 def log_frames(case: Case, trained: _Model, ts: np.ndarray, version: np.ndarray, status: np.ndarray,
