@@ -78,7 +78,7 @@ def test_decoded_and_merged_partials_encode_to_the_golden_bytes():
     assert hashlib.sha256(big.to_bytes()).hexdigest() == GOLDEN_JSON  # past 64 bits: the JSON form
 
 
-GOLDEN_FOLD = "cb1c198bf46f0c6659b88caa039c725ee747a00db804dda22422242d1bab3923"
-GOLDEN_MERGED = "16969193693435880ee6fa2dddfc69ad5d0ddd56f68cd87bec1fe1f805b8631a"
-GOLDEN_PAIR = "7811a4df2b143f5f60f540222146dfe2c80cbd58b8460f0e60b020d731dc3a87"
-GOLDEN_JSON = "523cb8ce5d9630dfa93bd03ac965a686a405ab52cb12c86c38dbef1352fb39ff"
+GOLDEN_FOLD = "63c6fcdea099ac676d55d9785703f88560657c35be90d971e56a7ef7ff9adbfd"
+GOLDEN_MERGED = "25b24eebfec958949eec21c33fb8a554a771fecf175ca731c676be04b17f30a6"
+GOLDEN_PAIR = "44752cef09ea0574590d2ac20cc08b4cc00f966ca582e7ebfc380121fcb3147d"
+GOLDEN_JSON = "694d6a53dedf90af91c6e1b6a0e86c0e14efeb94b4934c27a63709ce21c5529e"
