@@ -5,10 +5,8 @@ every 15 min on growing log files with the alert stage after each tick: the verd
 
 from __future__ import annotations
 
-import io
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
