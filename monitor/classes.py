@@ -96,6 +96,12 @@ def _aliases(classes: frozenset[str]) -> dict[str, str]:
 
 
 def _series(s: pd.Series, classes: frozenset[str]) -> pd.Series:
+    if s.dtype == object:
+        # Usually every value is already its own name: one pass to find the distinct values, none to copy.
+        # (Only texts and missing values among them: 1, 1.0 and True, which hash alike, are not there.)
+        distinct = pd.unique(s)
+        if all(isinstance(u, str) and class_name(u, classes) == u or u is None or u != u for u in distinct):
+            return s if all(isinstance(u, str) for u in distinct) else s.where(s.notna(), None)
     if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) not in ("string", "empty"):
         # Mixed Python values: a hash table holds 1, 1.0 and True as one key, so the type is part of the key.
         cache: dict[tuple[type, Any], str | None] = {}
@@ -107,11 +113,6 @@ def _series(s: pd.Series, classes: frozenset[str]) -> pd.Series:
             except TypeError:  # unhashable (a list): named as text
                 out[i] = class_name(v, classes)
     else:
-        if s.dtype == object:
-            # Usually every value is already its own name: one pass to find the distinct values, none to copy.
-            distinct = pd.unique(s)
-            if all(isinstance(u, str) and class_name(u, classes) == u for u in distinct):
-                return s
         codes, uniques = pd.factorize(s)
         names = np.array([class_name(u, classes) for u in uniques] + [None], dtype=object)
         out = names[codes]
