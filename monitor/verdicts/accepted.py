@@ -52,30 +52,31 @@ class AcceptedHistory:
         size = end - start
         latest: dict[tuple, dict] = {}  # a window re-scored since it was stored: its newest figures
         for r in self.rows:
-            if _utc(r["window_end"]) <= start and _utc(r["window_end"]) - _utc(r["window_start"]) == size:
-                latest[(r["check"], _utc(r["window_start"]), dumps(r["labels"] or {}))] = r
-        ends = sorted({_utc(r["window_end"]) for r in latest.values()})[-HISTORY_WINDOWS:]
+            if as_utc(r["window_end"]) <= start and as_utc(r["window_end"]) - as_utc(r["window_start"]) == size:
+                latest[(r["check"], as_utc(r["window_start"]), dumps(r["labels"] or {}))] = r
+        ends = sorted({as_utc(r["window_end"]) for r in latest.values()})[-HISTORY_WINDOWS:]
         pooled: dict[tuple[bool, str, str, str], list[dict]] = defaultdict(list)
         for r in latest.values():
             labels = r["labels"] or {}
-            if _utc(r["window_end"]) in ends and r["value"] is not None and r["interval_low"] is not None:
+            if as_utc(r["window_end"]) in ends and r["value"] is not None and r["interval_low"] is not None:
                 pooled[(CHECKS[r["check"]], labels.get("metric"), labels.get("class"), labels.get("group"))].append(r)
         figures: Figures = {}
         for key, found in pooled.items():
             _, metric, cls, _ = key
-            count = len({_utc(r["window_end"]) for r in found})
+            count = len({as_utc(r["window_end"]) for r in found})
             where = f"version {self.accepted}, its last {count} window{'s' if count != 1 else ''}"
             if wilson_figure(metric, cls):
                 k, n = sum(float(r["value"]) * int(r["n"]) for r in found), sum(int(r["n"]) for r in found)
                 if n:
                     figures[key] = (Measure(metric, cls, k / n, n, wilson(k, n)), where)
             else:
-                newest = max(found, key=lambda r: _utc(r["window_end"]))
+                newest = max(found, key=lambda r: as_utc(r["window_end"]))
                 figures[key] = (Measure(metric, cls, float(newest["value"]), int(newest["n"]),
                                         (float(newest["interval_low"]), float(newest["interval_high"]))),
                                 f"version {self.accepted}, its last window")
         return figures
 
 
-def _utc(t: datetime) -> datetime:
+def as_utc(t: datetime) -> datetime:
+    """A stored time as an aware UTC datetime (SQLite hands them back naive, in UTC)."""
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,7 @@ from checks.quality import (
 from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
 from monitor.ingest.labels import ALL_GROUP, attr_frame, groups
-from monitor.verdicts.accepted import AcceptedHistory, Figures
+from monitor.verdicts.accepted import AcceptedHistory, Figures, as_utc
 from monitor.verdicts.windows import floor_to
 from storage.store import Store
 
@@ -126,8 +126,8 @@ def _decide_by_period(service: Service, store: Store,
         with store.transaction() as session:
             stored = [r for check in FAMILY
                       for r in store.findings.load(session, service.name, block, block + q.fdr_period, check=check)
-                      if _utc(r["window_end"]) - _utc(r["window_start"]) == length
-                      and (_utc(r["window_start"]), r["model_version"]) not in fresh]
+                      if as_utc(r["window_end"]) - as_utc(r["window_start"]) == length
+                      and (as_utc(r["window_start"]), r["model_version"]) not in fresh]
         new = [(id(w), i, f) for w in members for i, f in enumerate(w.findings) if f.check in FAMILY]
         old = [_as_finding(r) for r in stored]
         family = control_fdr([f for _, _, f in new] + old, q.fdr_q)
@@ -135,8 +135,8 @@ def _decide_by_period(service: Service, store: Store,
             decided.setdefault(key, []).append((i, f))
         for row, before, after in zip(stored, old, family[len(new):], strict=True):
             if (after.status, after.detail) != (before.status, before.detail):
-                changed.append(after.to_row(service.name, row["model_version"], _utc(row["window_start"]),
-                                            _utc(row["window_end"]), row["tick_id"]))
+                changed.append(after.to_row(service.name, row["model_version"], as_utc(row["window_start"]),
+                                            as_utc(row["window_end"]), row["tick_id"]))
     out = []
     for w in scored:
         findings = list(w.findings)
@@ -153,10 +153,6 @@ def _control(scored: list[WindowQuality], q: float) -> list[list[Finding]]:
     for (j, i), f in zip(at, control_fdr([scored[j].findings[i] for j, i in at], q), strict=True):
         out[j][i] = f
     return out
-
-
-def _utc(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def _as_finding(row: dict) -> Finding:
