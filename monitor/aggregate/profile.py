@@ -178,7 +178,7 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
         sorting = worker.submit(sort_numeric)
         for name, kind in schema.features.items():
             if kind == "categorical":  # named as serving rows are validated, whichever format either is in
-                done[name] = _profile(category_values(col(name), name in schema.fold_case), kind)
+                done[name] = _categorical_profile(col(name), name in schema.fold_case)
             elif kind != "numeric":
                 done[name] = _profile(col(name), kind)
         sort_numeric()
@@ -340,21 +340,24 @@ def _quantiles(ordered: np.ndarray, qs: np.ndarray) -> np.ndarray:
                      for a, b, g in zip(previous.tolist(), nxt.tolist(), gamma.tolist(), strict=True)])
 
 
-def _categorical_profile(values: pd.Series) -> FieldProfile:
+def _categorical_profile(values: pd.Series, fold_case: bool = False) -> FieldProfile:
+    """Categories named as serving rows are validated (monitor.values), each distinct value named once
+    after the one factorize that counts them; `fold_case`: names in lower case."""
     n = len(values)
     factorized = factorize(values)
-    texts = _category_texts(values, factorized[1], raw=False) if factorized is not None else None
-    if factorized is not None and texts is not None:
-        # Count the raw values, then name only the distinct ones (values printing alike are summed).
-        codes = factorized[0]
-        present = codes[codes >= 0]
-        missing = n - len(present)
-        freq = pd.Series(np.bincount(present, minlength=len(texts)), index=pd.Index(texts, dtype=object))
-        if not freq.index.is_unique:
-            freq = freq.groupby(level=0, sort=False).sum()
-    else:
-        missing = int(values.isna().sum())
-        freq = as_category(values).dropna().value_counts(sort=False)
+    if factorized is not None and not _exact_distinct(values, factorized[1]):
+        factorized = None
+    if factorized is None:  # 1, 1.0 and True hash alike: name every row first, then count the names
+        values = category_values(values, fold_case)
+        factorized = factorize(values)
+    codes, uniques = factorized
+    names = np.asarray(category_values(pd.Series(uniques), fold_case), dtype=object)
+    counts = np.bincount(codes[codes >= 0], minlength=len(names))
+    named = np.fromiter((x is not None for x in names.tolist()), dtype=bool, count=len(names))
+    missing = n - int(counts[named].sum())  # empty text is missing, as serving rows read it
+    freq = pd.Series(counts[named], index=pd.Index(names[named], dtype=object))
+    if not freq.index.is_unique:  # values spelled apart that name one category (" a", "a") are summed
+        freq = freq.groupby(level=0, sort=False).sum()
     # Most frequent first, ties by value, so the profile is the same for the same data.
     freq = freq.iloc[np.lexsort((freq.index.to_numpy(dtype=str), -freq.to_numpy()))]
     kept = freq.iloc[:MAX_CATEGORIES]
@@ -374,15 +377,22 @@ def factorize(values: pd.Series) -> tuple[np.ndarray, Any] | None:
         return None
 
 
-def _category_texts(values: pd.Series, uniques: Any, raw: bool) -> np.ndarray | None:
-    """The category text of each distinct value (as `as_category` writes it); None when distinct values
-    could print differently from values they were factorized with (object columns holding non-strings:
-    1, 1.0 and True are one value to a hash table). `raw`: object values are compared as they are."""
+def _exact_distinct(values: pd.Series, uniques: Any) -> bool:
+    """The factorized distinct values are the column's distinct values as named: a typed column, or an
+    object column of texts (a hash table holds the Python values 1, 1.0 and True as one)."""
+    if values.dtype != object:
+        return True
+    u = np.asarray(uniques, dtype=object)
+    return not len(u) or pd.api.types.infer_dtype(u, skipna=False) == "string"
+
+
+def _category_texts(values: pd.Series, uniques: Any) -> np.ndarray | None:
+    """The category text of each distinct value (object texts as they are, typed values as `as_category`
+    writes them); None when distinct values could print differently from the values they stand for."""
+    if not _exact_distinct(values, uniques):
+        return None
     if values.dtype == object:
-        u = np.asarray(uniques, dtype=object)
-        if len(u) and pd.api.types.infer_dtype(u, skipna=False) != "string":  # all str, checked in C
-            return None
-        return u if raw else np.array([str(x) for x in u.tolist()], dtype=object)
+        return np.asarray(uniques, dtype=object)
     return as_category(pd.Series(uniques)).to_numpy(dtype=object)
 
 
@@ -412,7 +422,7 @@ def category_codes(ref: FieldProfile, values: pd.Series) -> np.ndarray:
     factorized = factorize(values)
     if factorized is not None:
         codes, uniques = factorized
-        texts = _category_texts(values, uniques, raw=True)
+        texts = _category_texts(values, uniques)
         if texts is not None:
             lookup = pd.Index(list(ref.categories), dtype=object).get_indexer(texts)
             lookup[lookup < 0] = n_cats
