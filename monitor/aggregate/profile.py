@@ -386,16 +386,6 @@ def _exact_distinct(values: pd.Series, uniques: Any) -> bool:
     return not len(u) or pd.api.types.infer_dtype(u, skipna=False) == "string"
 
 
-def _category_texts(values: pd.Series, uniques: Any) -> np.ndarray | None:
-    """The category text of each distinct value (object texts as they are, typed values as `as_category`
-    writes them); None when distinct values could print differently from the values they stand for."""
-    if not _exact_distinct(values, uniques):
-        return None
-    if values.dtype == object:
-        return np.asarray(uniques, dtype=object)
-    return as_category(pd.Series(uniques)).to_numpy(dtype=object)
-
-
 def is_float(values: pd.Series) -> bool:
     """The column holds numpy floats (NaN marks its missing values)."""
     return isinstance(values.dtype, np.dtype) and values.dtype.kind == "f"
@@ -420,15 +410,16 @@ def category_codes(ref: FieldProfile, values: pd.Series) -> np.ndarray:
     (values are factorized first)."""
     n_cats = len(ref.categories)
     factorized = factorize(values)
-    if factorized is not None:
+    if factorized is not None and _exact_distinct(values, factorized[1]):
         codes, uniques = factorized
-        texts = _category_texts(values, uniques)
-        if texts is not None:
-            lookup = pd.Index(list(ref.categories), dtype=object).get_indexer(texts)
-            lookup[lookup < 0] = n_cats
-            # One more slot for code -1 (missing), then one take.
-            small = "int16" if n_cats < 2**15 - 1 else "int64"
-            return np.append(lookup, -1).astype(small)[codes]
+        # Object texts are compared as they are; typed values as the contract writes them.
+        texts = np.asarray(uniques, dtype=object) if values.dtype == object \
+            else as_category(pd.Series(uniques)).to_numpy(dtype=object)
+        lookup = pd.Index(list(ref.categories), dtype=object).get_indexer(texts)
+        lookup[lookup < 0] = n_cats
+        # One more slot for code -1 (missing), then one take.
+        small = "int16" if n_cats < 2**15 - 1 else "int64"
+        return np.append(lookup, -1).astype(small)[codes]
     if values.dtype != object:
         values = as_category(values)
     codes = pd.Categorical(values, categories=list(ref.categories)).codes.astype("int64")
