@@ -76,6 +76,7 @@ class GroundTruth:
     events: list = field(default_factory=list)  # what happens that should not page: [{kind, at, text, ...}]
     counts: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
+    segment: str | None = None  # a fault in one segment only (`lang=de`): what its incident must name
 
 
 def _iso(d: datetime) -> str:
@@ -135,7 +136,7 @@ def _score(m: ChurnModel, tenure, charges, contract, internet, lens) -> np.ndarr
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _on_curve(g: np.random.Generator, hour0: float, t: np.ndarray, weekday0: int | None = None) -> np.ndarray:
+def on_curve(g: np.random.Generator, hour0: float, t: np.ndarray, weekday0: int | None = None) -> np.ndarray:
     """Thinning: keep an event at second `t` with probability rate(t) / rate_max on the daily curve, times
     WEEKEND_FACTOR on Saturdays and Sundays when `weekday0` (the start's weekday, Monday 0) is given."""
     hr = hour0 + t / 3600.0
@@ -225,13 +226,13 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         # bursts pinned to one replica
         nc = int(g_arr.poisson(rate_max * (1 - GROUP_SHARE) * (t1 - t0)))
         tc = np.sort(g_arr.uniform(t0, t1, nc))
-        ta = tc[_on_curve(g_arr, hour0, tc, weekday0)]
+        ta = tc[on_curve(g_arr, hour0, tc, weekday0)]
         rep = g_arr.integers(0, REPLICAS, len(ta))
         ng = int(g_arr.poisson(rate_max * GROUP_SHARE / GROUP_MEAN * (t1 - t0)))
         g_start = g_arr.uniform(t0, t1, ng)
         g_size = 2 + g_arr.poisson(GROUP_MEAN - 2, ng)
         g_rep = g_arr.integers(0, REPLICAS, ng)
-        g_keep = _on_curve(g_arr, hour0, g_start, weekday0)
+        g_keep = on_curve(g_arr, hour0, g_start, weekday0)
         g_start, g_size, g_rep = g_start[g_keep], g_size[g_keep], g_rep[g_keep]
         tg = np.minimum(np.repeat(g_start, g_size) + g_arr.uniform(0, GROUP_SPREAD_S, int(g_size.sum())),
                         np.nextafter(t1, t0))
@@ -239,7 +240,7 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
         rep = np.concatenate([rep, np.repeat(g_rep, g_size)])
         nb = int(g_arr.poisson(BURSTS_PER_HOUR * (1 + DAILY_AMPLITUDE) * (t1 - t0) / 3600))
         b_start = g_arr.uniform(t0, t1, nb)
-        b_keep = _on_curve(g_arr, hour0, b_start, weekday0)
+        b_keep = on_curve(g_arr, hour0, b_start, weekday0)
         b_size = np.maximum(np.rint(burst_median * np.exp(0.5 * g_arr.standard_normal(nb))), 1).astype(np.int64)
         b_rep = g_arr.integers(0, REPLICAS, nb)
         b_start, b_size, b_rep = b_start[b_keep], b_size[b_keep], b_rep[b_keep]
@@ -253,7 +254,7 @@ def generate(scenario: str, out_dir: Path, *, seed: int = 7, start: datetime = D
             lo, hi = max(s0, t0), min(s1, t1)
             if lo < hi:  # extra single requests on the same daily curve while the spike lasts
                 ts = g_arr.uniform(lo, hi, int(g_arr.poisson(rate_max * (factor - 1) * (hi - lo))))
-                ts = np.sort(ts[_on_curve(g_arr, hour0, ts, weekday0)])
+                ts = np.sort(ts[on_curve(g_arr, hour0, ts, weekday0)])
                 ta = np.concatenate([ta, ts])
                 rep = np.concatenate([rep, g_arr.integers(0, REPLICAS, len(ts))])
         t = np.concatenate([ta, tb])
