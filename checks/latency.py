@@ -34,7 +34,10 @@ from monitor.aggregate.sketch import RELATIVE_ACCURACY, Sketch
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 LEVEL = 0.95  # coverage of the quantile intervals
-RATES = {"failure": keys.ERROR, "timeout": keys.TIMEOUT, "reject": keys.REJECTED}
+RATES = {"failure": keys.ERROR, "timeout": keys.TIMEOUT, "reject": keys.REJECTED,
+         "cancelled": keys.status("cancelled"), "truncated": keys.status("truncated")}
+# Statuses many services never log: their rate is measured once a window or its baseline holds one.
+LOGGED_RATES = ("cancelled", "truncated")
 
 
 @dataclass(frozen=True)
@@ -119,10 +122,11 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
             params: LatencyThreshold) -> list[Finding]:
     """p50 / p95 / p99 in ms of total latency, of each stage, of time to first token (stage ttft) and of
     total latency per input-length bucket (labels length, bucket); the share of requests that failed,
-    timed out or were rejected (label rate); output tokens per second, throughput and queue trend (see
-    _service). Quantiles with fewer values in window or baseline than their 95% interval needs
-    (detail.needed_n), and everything but the queue trend without a baseline, are 'insufficient'. Total
-    latency leaves out timed-out requests without a latency when no deadline is set (detail.untimed_timeouts)."""
+    timed out or were rejected, and (once either is logged) were cancelled or truncated (label rate); output
+    tokens per second, throughput and queue trend (see _service). Quantiles with fewer values in window or
+    baseline than their 95% interval needs (detail.needed_n), and everything but the queue trend without a
+    baseline, are 'insufficient'. Total latency leaves out timed-out requests without a latency when no
+    deadline is set (detail.untimed_timeouts)."""
     out = []
     keys = sorted(k for k in window.sketches.keys() | (baseline.sketches.keys() if baseline else set())
                   if _is_latency(k))
@@ -137,6 +141,8 @@ def latency(window: Partial, profile: Profile | None, baseline: Partial | None,
             out.append(_quantile({**_labels(key), "quantile": label}, w, b, q, False, "ms", params, extra))
     for label, key in RATES.items():
         n, k = window.rows, window.counts[key]
+        if label in LOGGED_RATES and not k and not (baseline is not None and baseline.counts[key]):
+            continue
         b_n = baseline.rows if baseline is not None else 0
         base = baseline.counts[key] / b_n if b_n else None
         # Failures in one clump of the window (a client's burst cut by its rate limit) are one event, not

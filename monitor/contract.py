@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-STATUSES = ("ok", "timeout", "rejected", "error")
+# `cancelled`: the client went away or the server aborted the request; `truncated`: an answer cut short (a
+# generation stopped at its length limit). Each status's share of requests is a measured rate.
+STATUSES = ("ok", "timeout", "rejected", "error", "cancelled", "truncated")
 STAGES = ("parse", "preprocess", "batch_wait", "model", "postprocess")
 
 
@@ -44,6 +46,13 @@ FIELDS: dict[RecordKind, tuple[str, ...]] = {
     RecordKind.labels: REQUIRED[RecordKind.labels] + ("label_ts",),
     RecordKind.reference: ("label", "prediction"),
 }
+# Fields whose values a source's `values:` map may respell (besides categorical features and segments).
+VALUE_FIELDS: dict[RecordKind, tuple[str, ...]] = {
+    RecordKind.predictions: ("model_version", "status") + STRING_OPTIONAL + BOOL_OPTIONAL,
+    RecordKind.timings: ("stage",),
+    RecordKind.labels: ("label",),
+    RecordKind.reference: ("label", "prediction"),
+}
 TIMESTAMPS = ("ts", "start_ts", "label_ts")
 # Fields whose values are durations in milliseconds.
 DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
@@ -59,7 +68,7 @@ class Reason(StrEnum):
     wrong_type = "wrong_type"  # a value that does not convert to its declared type
     bad_timestamp = "bad_timestamp"  # before limits.min_ts (negative or absurd epoch)
     future_timestamp = "future_timestamp"  # later than now + limits.max_future
-    unknown_status = "unknown_status"  # status not one of STATUSES
+    unknown_status = "unknown_status"  # status not one of STATUSES (after the source's `values:` map)
     bad_duration = "bad_duration"  # NaN, infinite or negative duration_ms
     orphan_timing = "orphan_timing"  # a stage timing whose prediction never arrived within join.lateness
     orphan_label = "orphan_label"  # a label whose prediction never arrived within quality.label_horizon

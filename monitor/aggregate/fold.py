@@ -204,7 +204,7 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
         v = numbers(frame[name]) if name in frame else np.full(n, np.nan)
         count(accs, keys.missing(name), np.isnan(v))
         if name in MODEL_SIGNALS and ran_model is None:
-            ran_model = frame["status"].isin(("ok", "timeout")).to_numpy(dtype=bool)
+            ran_model = ~frame["status"].isin(("rejected", "error")).to_numpy(dtype=bool)
             if "cache_hit" in frame:
                 ran_model &= ~frame["cache_hit"].eq(True).to_numpy(dtype=bool)
         sketch(accs, keys.signal(name), v, ran_model if name in MODEL_SIGNALS else None)

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.triggers.cron import CronTrigger
 from pydantic import BeforeValidator, ValidationInfo, model_validator
 
+from monitor.classes import class_name
 from monitor.durations import parse_duration
 from monitor.schema import StrictModel
 from storage.url import parse_url
@@ -83,6 +84,32 @@ class Secret(StrictModel):
             if st.st_uid == os.getuid() and st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
                 return [f"secret file {self.file} is readable by group or others; chmod 600 it"]
         return []
+
+
+def value_maps(raw: Any) -> Any:
+    """A `values:` section ({field: {written: meant}}) with each written value and each target named as the
+    logs' values are (monitor.classes: `200` and `"200"` one key, `True` is `true`); a null target means
+    missing. ValueError for a key that names nothing or two keys naming one value."""
+    if not isinstance(raw, dict):
+        return raw
+    out: dict[str, dict[str, str | None]] = {}
+    for field, mapping in raw.items():
+        if not isinstance(mapping, dict):
+            raise ValueError(f"{field}: a map of written value -> value meant, e.g. {{finished: ok}} "
+                             f"(got {mapping!r:.60})")
+        named: dict[str, str | None] = {}
+        for written, meant in mapping.items():
+            for value in (written, meant):
+                if value is not None and not isinstance(value, str | int | float | bool):
+                    raise ValueError(f"{field}: {value!r:.60} is not a single value")
+            key = class_name(written)
+            if key is None:
+                raise ValueError(f"{field}: an empty value as a key ({written!r})")
+            if key in named:
+                raise ValueError(f"{field}: {written!r} and another key name the same value {key!r}")
+            named[key] = class_name(meant)
+        out[str(field)] = named
+    return out
 
 
 def check_zone(value: str | None) -> str | None:

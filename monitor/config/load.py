@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -37,7 +38,13 @@ def _format_errors(exc: ValidationError, root: type[BaseModel] = Config) -> str:
             known = _keys_at(root, err["loc"][:-1])
             close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
             msg += f"; did you mean {close[0]!r}?" if close else f"; known here: {', '.join(known)}"
-        lines.append(f"{path or 'config'}: {msg}")
+        if err["type"] == "literal_error" and isinstance(err.get("input"), str):
+            # "Input should be 'precision', 'recall' or 'f1'": the choices, as pydantic quotes them
+            choices = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+            close = difflib.get_close_matches(err["input"], choices, n=1, cutoff=0.6)
+            msg += f"; did you mean {close[0]!r}?" if close else ""
+        # A check across sections may find several things: each on its own line, under the same path.
+        lines += [f"{path or 'config'}: {line}" for line in msg.split("\n")]
     return "\n".join(lines)
 
 
@@ -98,10 +105,36 @@ def load_storage(path: str | os.PathLike | None = None) -> Storage:
         raise ConfigError("\n".join(f"storage.{line}" for line in _format_errors(exc, Storage).splitlines())) from None
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (plain YAML keeps the last one
+    silently: a feature or a section listed twice would lose its first entry)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+                seen.setdefault(key, line)
+            except TypeError:  # an unhashable key: the base loader says so
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is written twice in one mapping (lines {first} and {line}); "
+                    "the second would silently replace the first", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load(text: str) -> Any:
+    """`text` as YAML (safe types only), a key written twice in one mapping an error."""
+    return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader subclass
+
+
 def _read(path: str | os.PathLike | None) -> tuple[Path, Any]:
     path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_PATH)
     try:
-        return path, yaml.safe_load(path.read_text(encoding="utf-8"))
+        return path, safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path} (create one with `tailwatch init`)") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -338,4 +338,5 @@ class Config(StrictModel):
         if self.alerts.slack is not None:
             secrets += [self.alerts.slack.token, self.alerts.slack.webhook_url]
         secrets += self.daemon.redact + [self.ui.silence_token]
-        return [w for s in secrets if s is not None for w in s.warnings()]
+        return ([w for s in secrets if s is not None for w in s.warnings()]
+                + [f"services[{i}] ({svc.name}): {w}" for i, svc in enumerate(self.services) for w in svc.warnings()])

@@ -12,6 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from checks.catalog import thresholds
 from checks.rules import parse_objective
 from monitor.classes import class_name
+from monitor.config.crosscheck import cross_errors, cross_warnings, nearest
 from monitor.config.fields import (
     Duration,
     Secret,
@@ -20,9 +21,19 @@ from monitor.config.fields import (
     existing_dir,
     existing_file,
     expression_columns,
+    value_maps,
 )
 from monitor.contract import FIELDS, RecordKind
 from monitor.schema import Schema, StrictModel
+
+
+def one_field_per_column(columns: dict[str, str]) -> dict[str, str]:
+    """`columns` (field -> column) when no column is read as two fields; ValueError naming those that are."""
+    names = list(columns.values())
+    repeated = sorted({c for c in names if names.count(c) > 1})
+    if repeated:
+        raise ValueError(f"columns: {repeated} mapped to more than one field")
+    return columns
 
 
 class Timestamps(StrictModel):
@@ -43,21 +54,25 @@ class Timestamps(StrictModel):
 
 class Shape(StrictModel):
     """A source's logs in their own shape: `columns` maps contract field names to the source's column
-    names (`{request_id: id, ts: timestamp}`); `timestamps` says how times are written; `durations` is the
-    unit of the duration fields (`duration_ms`, `latency_ms`, `ttft_ms`) as written."""
+    names (`{request_id: id, ts: timestamp}`); `values` maps the values a field is written with to the
+    values meant (`{status: {finished: ok}}`, keyed by contract or schema name); `timestamps` says how
+    times are written; `durations` is the unit of the duration fields (`duration_ms`, `latency_ms`,
+    `ttft_ms`) as written."""
 
     columns: dict[str, str] = Field(default_factory=dict)
+    values: dict[str, dict[str, str | None]] = Field(default_factory=dict)
     timestamps: Timestamps = Field(default_factory=Timestamps)
     durations: Literal["ms", "s", "us"] = "ms"
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _value_names(cls, value: Any) -> Any:
+        return value_maps(value)
 
     @field_validator("columns")
     @classmethod
     def _one_field_per_column(cls, value: dict[str, str]) -> dict[str, str]:
-        columns = list(value.values())
-        repeated = sorted({c for c in columns if columns.count(c) > 1})
-        if repeated:
-            raise ValueError(f"columns: {repeated} mapped to more than one contract field")
-        return value
+        return one_field_per_column(value)
 
     def check_fields(self, kind: RecordKind) -> None:
         """ValueError naming any key of `columns` that is not a contract field of `kind`, with the valid ones."""
@@ -136,7 +151,13 @@ class Sources(StrictModel):
 
 
 class Reference(StrictModel):
+    """The training or validation data: its file, its own column names for the schema's fields and the
+    contract's `label` / `prediction` (`columns`, field first), its own spellings (`values`), and what data
+    checks compare a window with."""
+
     path: Path
+    columns: dict[str, str] = Field(default_factory=dict)
+    values: dict[str, dict[str, str | None]] = Field(default_factory=dict)
     # what data checks compare a window with: the reference, or accepted serving history (see docs/checks.md)
     compare_with: Literal["reference", "serving_history"] = "reference"
     # the accepted serving period [start, end) that serving-history comparisons merge; none: the trailing baseline
@@ -156,6 +177,16 @@ class Reference(StrictModel):
     @classmethod
     def _path_exists(cls, value: Any, info: ValidationInfo) -> Path:
         return existing_file(value, info)
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _value_names(cls, value: Any) -> Any:
+        return value_maps(value)
+
+    @field_validator("columns")
+    @classmethod
+    def _one_field_per_column(cls, value: dict[str, str]) -> dict[str, str]:
+        return one_field_per_column(value)
 
 
 class Buckets(StrictModel):
@@ -380,8 +411,34 @@ class Service(StrictModel):
                 update={"class_": class_name(r.class_, classes)}) for r in self.quality.rules]
             unknown = sorted({r.class_ for r in rules} - set(classes) - {"macro", "weighted", "all"})
             if unknown:
-                raise ValueError(f"quality.rules: classes {unknown} are not among schema.classes {classes}")
+                names = [*classes, "macro", "weighted", "all"]
+                raise ValueError(f"quality.rules: classes {unknown} are not among schema.classes {classes}"
+                                 f"{nearest(unknown[0], names)}")
             if rules != self.quality.rules:
                 return self.model_copy(update={"quality": self.quality.model_copy(update={"rules": rules})})
         return self
+
+    @model_validator(mode="after")
+    def _cross_checked(self) -> Service:
+        """Names one section uses that another declares, and columns read twice (monitor.config.crosscheck)."""
+        problems = cross_errors(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        # A fold_case feature's values are compared in lower case: so are its map's keys.
+        folded = set(self.schema_.fold_case)
+        update = {}
+        for kind in ("predictions", "reference"):
+            shape = self.sources.predictions if kind == "predictions" else self.reference
+            if shape is not None and folded & set(shape.values):
+                values = {f: {k.lower(): v for k, v in m.items()} if f in folded else m for f, m in shape.values.items()}
+                update[kind] = shape.model_copy(update={"values": values})
+        if not update:
+            return self
+        sources = self.sources.model_copy(update={"predictions": update["predictions"]}) \
+            if "predictions" in update else self.sources
+        return self.model_copy(update={"sources": sources, "reference": update.get("reference", self.reference)})
+
+    def warnings(self) -> list[str]:
+        """What this service's config sets up that nothing reads (monitor.config.crosscheck)."""
+        return cross_warnings(self)
 

@@ -23,11 +23,11 @@ def check_batch(batch: Batch, kind: RecordKind, schema: Schema, limits: Limits, 
                 source: FileSource | SqlSource) -> tuple[pd.DataFrame, list[Reject]]:
     """The accepted rows of `batch` (typed, with LINE and, for small files read together, FILE) and every
     reject it holds (the reader's and the contract's, in line order). The batch's text is let go after."""
-    frame = to_contract(batch.frame, source)
+    frame = to_contract(batch.frame, source, schema.fold_case)
     accepted, bad = validate(kind, frame, batch.file, schema, limits, now, source.timezone, batch.lines)
     if batch.table is not None:
         # Rows parsed into Arrow are checked there; `frame` then holds the few rows whose types differ.
-        table = to_contract(batch.table, source)
+        table = to_contract(batch.table, source, schema.fold_case)
         main, main_bad = validate(kind, table, batch.file, schema, limits, now, source.timezone, batch.lines)
         if len(main) and len(accepted):
             # The few odd rows take the main rows' Arrow text dtype: an object column would make every row one.

@@ -4,6 +4,8 @@ contract is checked. A value that does not convert is left as written, so the ch
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -11,6 +13,7 @@ import pyarrow.compute as pc
 
 from monitor.config import FileSource, SqlSource
 from monitor.contract import DURATIONS, TIMESTAMPS
+from monitor.value_maps import mapped_frame
 
 PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 _TO_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
@@ -24,17 +27,25 @@ def column_of(source: FileSource | SqlSource, field: str) -> str:
 
 
 def is_plain(source: FileSource | SqlSource) -> bool:
-    """Whether the source writes the contract's own names and units (nothing to convert)."""
-    return (not source.columns and source.durations == "ms" and source.timestamps.epoch_unit == "s"
-            and source.timestamps.format is None)
+    """Whether the source writes the contract's own names, values and units (nothing to convert)."""
+    return (not source.columns and not source.values and source.durations == "ms"
+            and source.timestamps.epoch_unit == "s" and source.timestamps.format is None)
 
 
-def to_contract(raw: pd.DataFrame | pa.Table, source: FileSource | SqlSource) -> pd.DataFrame | pa.Table:
-    """`raw` parsed rows with the source's columns under their contract names and in the contract's units.
+def to_contract(raw: pd.DataFrame | pa.Table, source: FileSource | SqlSource,
+                folded: Collection[str] = ()) -> pd.DataFrame | pa.Table:
+    """`raw` parsed rows with the source's columns under their contract names, its values as the
+    contract and schema name them (`values:`; `folded`: fields compared in lower case, the schema's
+    fold_case) and in the contract's units. Every reader passes here before the contract is checked.
 
     A column named like a contract field that the mapping takes from another column is left out."""
     if is_plain(source):
         return raw
+    return _converted(mapped_frame(_renamed(raw, source), source.values, folded), source)
+
+
+def _renamed(raw: pd.DataFrame | pa.Table, source: FileSource | SqlSource) -> pd.DataFrame | pa.Table:
+    """`raw` with the source's columns under their contract names."""
     table = isinstance(raw, pa.Table)
     names = list(raw.column_names if table else raw.columns)
     renamed = {theirs: ours for ours, theirs in source.columns.items() if theirs != ours}
@@ -45,6 +56,13 @@ def to_contract(raw: pd.DataFrame | pa.Table, source: FileSource | SqlSource) ->
     if renamed:
         names = [renamed.get(n, n) for n in names]
         raw = raw.rename_columns(names) if table else raw.set_axis(names, axis=1)
+    return raw
+
+
+def _converted(raw: pd.DataFrame | pa.Table, source: FileSource | SqlSource) -> pd.DataFrame | pa.Table:
+    """`raw` (contract names) with its times and durations in the contract's units."""
+    table = isinstance(raw, pa.Table)
+    names = list(raw.column_names if table else raw.columns)
     stamps, unit = source.timestamps, source.durations
     for name in names:
         if name in TIMESTAMPS and (stamps.epoch_unit != "s" or stamps.format is not None):
