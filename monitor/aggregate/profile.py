@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cached_property, lru_cache
@@ -20,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.aggregate.bins import atom_edges
+from monitor.aggregate.reference_file import ReferenceFile, read_reference
 from monitor.aggregate.tokens import most_frequent, text_hash, text_rows, token_counts
 from monitor.classes import class_names
 from monitor.schema import Schema
@@ -196,27 +196,24 @@ def build_profile(frame: pd.DataFrame, schema: Schema) -> Profile:
                    input_tokens=input_tokens)
 
 
-def read_reference(path: str | os.PathLike) -> pd.DataFrame:
-    """The reference file as a frame: Parquet, CSV or JSON Lines (by extension; .gz allowed for text)."""
-    name = str(path).lower().removesuffix(".gz")
-    if name.endswith(".parquet") or name.endswith(".pq"):
-        return pd.read_parquet(path)
-    if name.endswith(".csv"):
-        return pd.read_csv(path)
-    if name.endswith(".jsonl") or name.endswith(".json") or name.endswith(".ndjson"):
-        return pd.read_json(path, lines=True)
-    raise ValueError(f"reference {path}: unknown format (use .parquet, .csv or .jsonl)")
+def _shape_key(reference: Any) -> str:
+    """The reference's `columns:` and `values:` as text: a profile of the same file read another way differs."""
+    return json.dumps([getattr(reference, "columns", {}), getattr(reference, "values", {})], sort_keys=True)
 
 
-def profile_for(path: str | os.PathLike, schema: Schema) -> Profile:
-    """The profile of the reference file at `path`, rebuilt only when the file or schema changes."""
+def profile_for(reference: Any, schema: Schema) -> Profile:
+    """The profile of the reference file (a path, or a config `Reference`), rebuilt only when the file,
+    its `columns:` / `values:` or the schema change."""
+    path = getattr(reference, "path", reference)
     st = Path(path).stat()
-    return _cached(str(path), st.st_mtime_ns, st.st_size, schema.model_dump_json())
+    return _cached(str(path), st.st_mtime_ns, st.st_size, schema.model_dump_json(), _shape_key(reference))
 
 
 @lru_cache(maxsize=8)
-def _cached(path: str, _mtime: int, _size: int, schema_json: str) -> Profile:
-    return build_profile(read_reference(path), Schema.model_validate_json(schema_json))
+def _cached(path: str, _mtime: int, _size: int, schema_json: str, shape: str) -> Profile:
+    columns, values = json.loads(shape)
+    schema = Schema.model_validate_json(schema_json)
+    return build_profile(read_reference(ReferenceFile(path, columns, values), schema.fold_case), schema)
 
 
 def resolve(profile: Any, schema: Schema | None) -> Profile | None:
@@ -225,7 +222,7 @@ def resolve(profile: Any, schema: Schema | None) -> Profile | None:
         return profile
     if schema is None:
         raise ValueError("a reference path needs the schema to be profiled")
-    return profile_for(getattr(profile, "path", profile), schema)
+    return profile_for(profile, schema)
 
 
 def _profile(values: pd.Series, kind: Kind, atoms: bool = True, resolution: float | None = None) -> FieldProfile:
@@ -473,7 +470,7 @@ def lengths(values: pd.Series, factorized: Any = False) -> tuple[np.ndarray, np.
 
 def store_profile(store, service) -> Profile:
     """Build the profile of `service`'s configured reference file and store it (replacing the old one)."""
-    profile = build_profile(read_reference(service.reference.path), service.schema_)
+    profile = build_profile(read_reference(service.reference, service.schema_.fold_case), service.schema_)
     with store.transaction() as session:
         store.profiles.save(session, service.name, profile.fingerprint, str(service.reference.path),
                             profile.rows, profile.to_json())

@@ -120,7 +120,8 @@ def _config_warnings(service, profile, limits, now) -> list[str]:
 
     q = service.quality
     matched = service.schema_.segments or service.schema_.classes or (q is not None and (q.groups or q.rules))
-    out = unmatched(read_reference(service.reference.path), service, "the reference") if matched else []
+    reference = read_reference(service.reference, service.schema_.fold_case) if matched else None
+    out = unmatched(reference, service, "the reference") if matched else []
     try:
         rows = log_rows(service, limits, now)
     except (OSError, ValueError):

@@ -120,7 +120,7 @@ def run_service(config: Config, service: Service, store: Store, now: datetime,
         if note:
             report.notes.append(note)
             if service.reference is not None:  # the profile was just built: what the config names, checked once
-                report.warnings += unmatched(read_reference(service.reference.path), service, "the reference")
+                report.warnings += unmatched(read_reference(service.reference, service.schema_.fold_case), service, "the reference")
         if profile is not None and (concerns := summary(judge(profile, service.check_params()))):
             report.notes.append(concerns)
         ingest(config, service, store, now, tick_id, profile, ingested, observe)

@@ -167,7 +167,7 @@ def reference_profile(service: Service) -> Profile | None:
     if service.reference is None:
         return None
     try:
-        return profile_for(service.reference.path, service.schema_)
+        return profile_for(service.reference, service.schema_)
     except (OSError, ValueError):
         return None
 

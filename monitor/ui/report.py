@@ -52,7 +52,7 @@ def evidently_html(service: Service, limits: Limits, since: datetime, until: dat
     from evidently.presets import DataDriftPreset
 
     columns = [c for c in numeric + categorical if c in current.columns]
-    reference = read_reference(service.reference.path)
+    reference = read_reference(service.reference, service.schema_.fold_case)
     columns = [c for c in columns if c in reference.columns]
     definition = DataDefinition(numerical_columns=[c for c in columns if c in numeric],
                                 categorical_columns=[c for c in columns if c in categorical])

@@ -408,7 +408,7 @@ def _reference(path: str, service: Service) -> Reference:
 
     from monitor.aggregate.profile import read_reference
 
-    frame = read_reference(path)
+    frame = read_reference(service.reference, service.schema_.fold_case)
     if "label" not in frame:
         return Reference({}, {})
     schema, q = service.schema_, service.quality
