@@ -152,10 +152,12 @@ class Backfills(Repository):
         """The unfinished backfill run, if any."""
         row = session.scalars(select(BackfillProgress).where(BackfillProgress.status == "running")
                               .order_by(BackfillProgress.id.desc()).limit(1)).first()
-        if row is None:
-            return None
-        return {c: getattr(row, c) for c in ("id", "since", "until", "step_seconds", "reached", "status",
-                                             "staging", "started_at", "updated_at")}
+        return None if row is None else _run(row)
+
+    def get(self, session: Session, run_id: int) -> dict[str, Any] | None:
+        """Backfill run `run_id` (its range, step, reach, status and start), or None."""
+        row = session.get(BackfillProgress, run_id)
+        return None if row is None else _run(row)
 
     def advance(self, session: Session, run_id: int, reached: datetime, status: str = "running") -> None:
         """Mark a backfill's steps done up to clock `reached` (and `status` done when finished)."""
@@ -164,6 +166,11 @@ class Backfills(Repository):
             raise LookupError(f"no backfill run with id {run_id}")
         row.reached, row.status, row.updated_at = reached, status, self.clock()
         session.flush()
+
+
+def _run(row: BackfillProgress) -> dict[str, Any]:
+    return {c: getattr(row, c) for c in ("id", "since", "until", "step_seconds", "reached", "status", "staging",
+                                         "started_at", "updated_at")}
 
 
 class Retention(Repository):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -199,11 +200,33 @@ def backfill(
         lock.release()
     resumed = f" (resumed after {result.resumed_from:%Y-%m-%d %H:%M})" if result.resumed_from else ""
     state = "done" if result.done else "stopped; rerun the same command to resume"
+    summaries = backfill_mod.summarize(cfg, store, result.run_id)
     record = {"run_id": result.run_id, "steps": result.steps, "step_seconds": result.step.total_seconds(),
-              "resumed_from": result.resumed_from, "reached": result.reached, "done": result.done}
-    render([record], fmt, lambda: out.print(
-        f"backfill run {result.run_id}: {result.steps:,} steps of {duration_text(result.step)}{resumed}, clock at "
-        f"{result.reached:%Y-%m-%d %H:%M} UTC: {state}", highlight=False), document=record)
+              "resumed_from": result.resumed_from, "reached": result.reached, "done": result.done,
+              "services": [dataclasses.asdict(s) for s in summaries]}
+
+    def show() -> None:
+        out.print(f"backfill run {result.run_id}: {result.steps:,} steps of {duration_text(result.step)}{resumed}, "
+                  f"clock at {result.reached:%Y-%m-%d %H:%M} UTC: {state}", highlight=False)
+        for line in _backfill_lines(summaries):
+            out.print(line, highlight=False, markup=False)
+
+    render([record], fmt, show, document=record)
+
+
+def _backfill_lines(summaries) -> list[str]:
+    """A backfill's summary per service, as a person reads it."""
+    lines = []
+    for s in summaries:
+        kinds = ", ".join(f"{s.read.get(k, 0):,} {k}" for k in ("predictions", "timings", "labels") if k in s.read)
+        timed = f"{s.joined:,} joined with timings, {s.unmatched:,} without, {s.orphan_timings:,} orphan timings"
+        quarantined = ", ".join(f"{k} {n:,}" for k, n in sorted(s.quarantined.items(), key=lambda kv: -kv[1]))
+        opened = (f"{len(s.incidents):,} incidents opened ({', '.join(str(i) for i in s.incidents[:10])}"
+                  + (", ..." if len(s.incidents) > 10 else "") + ")") if s.incidents else "0 incidents opened"
+        failed = f"; {s.failed_steps:,} steps failed (see the log)" if s.failed_steps else ""
+        lines.append(f"  {s.service}: read {kinds or 'nothing'}; {timed}; quarantined: {quarantined or 'none'}; "
+                     f"{opened}{failed}")
+    return lines
 
 
 def nightly(

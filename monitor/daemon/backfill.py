@@ -11,9 +11,10 @@ reached; a rerun with the same arguments resumes after the last recorded step (r
 new, so nothing counts twice). At the end the staged files' offsets are handed to the real files in one
 transaction, so the daemon goes on with the rows after `until` exactly once.
 
-Files that cannot be cut by line (Parquet, gzip, OTLP) are visible whole from the latest event time their rows
-hold (by the same rules): a file written at once exists from when its last row was written. SQL sources are
-not replayed: the daemon reads them by cursor.
+OTLP-JSON span files are rewritten span by span: each span is visible from its own end time, whatever file
+or line it was written in (`backfill_spans`). Files that cannot be cut by line (Parquet, gzip) are visible
+whole from the latest event time their rows hold (by the same rules): a file written at once exists from when
+its last row was written. SQL sources are not replayed: the daemon reads them by cursor.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from monitor.config import Config, FileSource, Service
-from monitor.daemon import jobs
+from monitor.daemon import backfill_spans, jobs
 from monitor.durations import duration_text
 from monitor.ingest.otlp import parse_otlp
 from monitor.ingest.shape import column_of, to_contract
@@ -69,6 +70,7 @@ class StagedFile:
     staged: Path
     times: np.ndarray  # datetime64[ns] UTC, non-decreasing, one per cut point
     ends: np.ndarray  # byte offsets, increasing
+    released: backfill_spans.Released | None = None  # a span file: the copy grows from its released spans
 
     def cut(self, now: datetime) -> int:
         """Bytes of the real file visible at `now`."""
@@ -84,6 +86,49 @@ class Result:
     resumed_from: datetime | None
     done: bool
     step: timedelta
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one service's ticks of a backfill run did, over all its steps (a resumed run's earlier ones too);
+    counts are rows."""
+
+    service: str
+    read: dict[str, int]  # per record kind
+    joined: int  # predictions folded with their timings
+    unmatched: int  # predictions folded without any (their lateness passed)
+    quarantined: dict[str, int]  # per reason code; `orphan_timing`: timings whose prediction had left
+    incidents: list[int]  # ids of the incidents opened at the run's clocks
+    failed_steps: int
+
+    @property
+    def orphan_timings(self) -> int:
+        return self.quarantined.get("orphan_timing", 0)
+
+
+def summarize(config: Config, store: Store, run_id: int) -> list[Summary]:
+    """Per service, what the ticks of backfill run `run_id` read, joined and quarantined, and the incidents
+    they opened."""
+    with store.transaction() as session:
+        run = store.backfills.get(session, run_id)
+        if run is None or run["reached"] is None:
+            return [Summary(s.name, {}, 0, 0, {}, [], 0) for s in config.services]
+        out = []
+        for service in config.services:
+            ticks = [t for t in store.ticks.search(session, service.name, run["since"],
+                                                   run["reached"] + timedelta(microseconds=1))
+                     if t.started_at >= run["started_at"]]
+            read, quarantined = {}, {}
+            for t in ticks:
+                for key, into in (("read", read), ("quarantined", quarantined)):
+                    for k, n in ((t.summary or {}).get(key) or {}).items():
+                        into[k] = into.get(k, 0) + int(n)
+            opened = store.incidents.search(session, service.name, run["since"],
+                                            run["reached"] + timedelta(microseconds=1))
+            out.append(Summary(service.name, read, sum(t.counts["joined"] for t in ticks),
+                               sum(t.counts["unmatched"] for t in ticks), quarantined,
+                               [i["id"] for i in opened], sum(t.status != "ok" for t in ticks)))
+    return out
 
 
 def default_staging(store: Store) -> Path:
@@ -122,6 +167,7 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, step:
             if not isinstance(source, FileSource):
                 raise BackfillError(f"service {service.name}: the {kind} source is SQL; backfill replays file "
                                     "sources only (the daemon reads a SQL source by its cursor)")
+    clocks = _clocks(since, until, step)
     with store.transaction() as session:
         open_run = store.backfills.open(session)
     if open_run is not None:
@@ -134,16 +180,15 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, step:
         if not staging.is_dir():
             raise BackfillError(f"the unfinished backfill's staging directory {staging} is gone; it cannot resume")
         run_id, resumed = open_run["id"], open_run["reached"]
-        plan = _plan(config, staging, store)
+        plan = _plan(config, staging, store, clocks)
     else:
         staging = (staging or default_staging(store)).resolve()
         if staging.exists():
             shutil.rmtree(staging)  # left by a run that never committed its start
-        plan = _plan(config, staging, store)
+        plan = _plan(config, staging, store, clocks)
         run_id = _start(store, plan, since, until, step, staging)
         resumed = None
 
-    clocks = _clocks(since, until, step)
     todo = [t for t in clocks if resumed is None or t > resumed]
     if max_steps is not None:
         todo = todo[:max_steps]
@@ -177,6 +222,7 @@ def run(config: Config, store: Store, since: datetime, until: datetime, *, step:
     return Result(run_id, len(todo), reached, resumed, done, step)
 
 
+SPANS = ".spans"  # under the staging directory: the span files' released copies (backfill_spans)
 SYNC_SECONDS = 10.0  # at most this much replay is redone after an OS crash or power cut
 
 
@@ -211,7 +257,9 @@ def _staged_config(config: Config, staging: Path) -> Config:
     return config.model_copy(update={"services": services})
 
 
-def _plan(config: Config, staging: Path, store: Store) -> list[StagedFile]:
+def _plan(config: Config, staging: Path, store: Store, clocks: list[datetime]) -> list[StagedFile]:
+    """Each source file's staged copy and its cut points, for a replay stepping through `clocks`."""
+    steps = np.array([np.datetime64(pd.Timestamp(t).tz_convert(None), "ns") for t in clocks])
     plan = []
     for service in config.services:
         kinds = staged_kinds(service)
@@ -221,6 +269,17 @@ def _plan(config: Config, staging: Path, store: Store) -> list[StagedFile]:
             (staging / service.name / kind).mkdir(parents=True, exist_ok=True)
             reader = DirectorySource(f"{service.name}/{kind}", source, config.limits)
             files[kind] = (reader.name, [(path, file_format(path, source.format)) for path in reader.files()])
+        spans = files.get("timings", ("", []))
+        if spans[1]:
+            with store.transaction() as session:
+                read = store.offsets.load(session, spans[0])
+            for path, fmt in spans[1]:
+                if fmt == "otlp" and path.suffix != ".gz":
+                    released = backfill_spans.release(path, staging / SPANS / service.name / path.name, steps,
+                                                      read.get(_key(path)))
+                    plan.append(StagedFile(spans[0], path, staging / service.name / "timings" / path.name,
+                                           released.times, released.ends, released))
+            files["timings"] = (spans[0], [(p, f) for p, f in spans[1] if f != "otlp" or p.suffix == ".gz"])
         # Predictions first: timings and labels without a time of their own take their prediction's.
         read = {path: _event_rows(path, fmt, "predictions", config, service.sources.predictions)
                 for path, fmt in files["predictions"][1]}
@@ -245,7 +304,7 @@ def _start(store: Store, plan: list[StagedFile], since: datetime, until: datetim
         for source in {f.source for f in plan}:
             stored = store.offsets.load(session, source)
             seeded = []
-            for f in (f for f in plan if f.source == source):
+            for f in (f for f in plan if f.source == source and f.released is None):
                 state = stored.get(_key(f.real))
                 if state is not None:
                     _extend(f, state.offset, create=True)
@@ -263,8 +322,13 @@ def _hand_over(store: Store, plan: list[StagedFile], run_id: int, reached: datet
             moved = []
             for f in staged:
                 state = stored.get(_key(f.staged))
-                if state is not None:
+                if state is not None and f.released is None:
                     moved.append(replace(state, file_key=_key(f.real), path=str(f.real)))
+            for f in (f for f in plan if f.source == source and f.released is not None):
+                # A span file's copy is no prefix of it: the daemon goes on after its last replayed line.
+                state = backfill_spans.handover(f.real, f.released, stored.get(_key(f.real)))
+                if state is not None:
+                    moved.append(state)
             store.offsets.delete(session, source, [_key(f.staged) for f in staged])
             store.offsets.save(session, source, moved)
         store.backfills.advance(session, run_id, reached, status="done")
@@ -281,7 +345,7 @@ def _extend(f: StagedFile, size: int, create: bool = False) -> None:
     have = f.staged.stat().st_size if f.staged.exists() else -1
     if have >= size and (have >= 0 or not create):
         return
-    with open(f.real, "rb") as src, open(f.staged, "ab") as dst:
+    with open(f.released.copy if f.released else f.real, "rb") as src, open(f.staged, "ab") as dst:
         src.seek(max(have, 0))
         dst.write(src.read(size - max(have, 0)))
 

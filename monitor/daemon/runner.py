@@ -133,7 +133,9 @@ def run_service(config: Config, service: Service, store: Store, now: datetime,
         report.status, report.error = "error", f"{type(exc).__name__}: {exc}"
     for stage in done:
         report.add(stage)
-    if report.status == "ok" and (said := warning(sum(report.read.values()), report.quarantined,
+    # The share's rows are those this tick decided on: read now, or read before and let go now.
+    decided = sum(report.read.values()) + ingested.orphans_read_before + labelled.labels_expired
+    if report.status == "ok" and (said := warning(decided, report.quarantined,
                                                    report.quarantined_fields, config.limits.max_quarantine_share)):
         report.warnings.append(said)
     report.seconds = round(time.perf_counter() - started, 3)

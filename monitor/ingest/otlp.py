@@ -65,6 +65,14 @@ def parse_otlp(data: bytes, *, source: str) -> tuple[pd.DataFrame, list[Reject]]
     return _frame(rows), rejects
 
 
+def span_end(span: Any) -> int | None:
+    """A span's end (`endTimeUnixNano`) in nanoseconds since the Unix epoch; None when it has no readable one."""
+    try:
+        return _nanos(span.get("endTimeUnixNano")) if isinstance(span, dict) else None
+    except _Bad:
+        return None
+
+
 def _looks_like_json_lines(data: bytes) -> bool:
     """True when some line on its own is an OTLP document, which a broken pretty-printed one never has."""
     for raw in data.split(b"\n"):

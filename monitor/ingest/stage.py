@@ -24,7 +24,7 @@ from monitor.aggregate.profile import Profile
 from monitor.config import Config, Service
 from monitor.contract import Reason, RecordKind, Reject, excerpt
 from monitor.ingest.accept import Intake, Rejected, quarantine_rows
-from monitor.ingest.frame import Joined, combined_hashes, from_blobs, join, to_blob
+from monitor.ingest.frame import ARRIVED, Joined, combined_hashes, from_blobs, join, to_blob
 from monitor.ingest.labels import scored_rows
 from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import Batch, Observer
@@ -40,6 +40,7 @@ class Ingested(Intake):
     joined: int = 0  # predictions folded with at least one stage timing
     unmatched: int = 0  # predictions folded without timings (lateness passed)
     orphan_timings: int = 0
+    orphans_read_before: int = 0  # of those, timings read by an earlier tick (they waited in the join buffer)
     duplicates: int = 0
     duplicate_timings: int = 0
     pending_predictions: int = 0  # still waiting for timings after this tick
@@ -194,6 +195,8 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
 
     counts.count(step.rejects)
     counts.orphan_timings += len(joined.orphans)
+    if len(joined.orphans):
+        counts.orphans_read_before += int((joined.orphans[ARRIVED] < pd.Timestamp(now)).sum())
     counts.duplicates += joined.duplicates
     counts.duplicate_timings += joined.duplicate_timings
     counts.folded += len(ready)

@@ -302,7 +302,7 @@ def test_files_that_cannot_be_cut_appear_whole_at_the_latest_time_they_hold(tmp_
     with gzip.open(tmp_path / "logs" / "timings" / "timings.jsonl.gz", "wb") as fh:
         fh.writelines(line for _, line in timings[:100])  # no start_ts: their predictions' times
     _write_parquet(tmp_path, parquet)
-    plan = {f.real.name: f for f in backfill._plan(cfg, tmp_path / "staging", store)}
+    plan = {f.real.name: f for f in backfill._plan(cfg, tmp_path / "staging", store, [LABELLED_UNTIL])}
     last_prediction = max(at for at, _ in preds[:50])
     for name, latest in (("predictions.jsonl.gz", last_prediction), ("timings.jsonl.gz", last_prediction),
                          ("labels-batch.parquet", parquet[0])):
