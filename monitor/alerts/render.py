@@ -108,12 +108,16 @@ def render(incident: Mapping[str, Any], kind: str, action: str, settings, url: s
 
     mark = ":white_check_mark: RESOLVED" if resolved else EMOJI.get(summary.get("severity", "warn"), "")
     # Upper-cased before escaping: Slack decodes &lt; but not &LT;.
-    title = _cut(f"{mark} {esc(raw_verdict.upper())}{estimated} — {who}".strip(), MAX_HEADER)
+    # A slowdown of one segment says so first: `SLOWER for segment lang=de`.
+    segment = (notes.get("attribution") or {}).get("segment")
+    part = f" for segment {esc(segment)}" if segment and raw_verdict in ("slower", "both") else ""
+    title = _cut(f"{mark} {esc(raw_verdict.upper())}{estimated}{part} — {who}".strip(), MAX_HEADER)
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}]
     # The summary is the notification's text; the sections below say each of its parts once.
     line = esc(notes.get("summary") or "") or verdict
     affected = sorted({_labels({k: v for k, v in (e.get("labels") or {}).items() if k in ("segment", "group", "class")})
-                       for e in notes.get("evidence", []) if set(e.get("labels") or {}) & {"segment", "group", "class"}})
+                       for e in notes.get("evidence", []) if set(e.get("labels") or {}) & {"segment", "group", "class"}},
+                      key=lambda a: (a != _labels({"segment": segment}), a))  # the verdict's segment first
     fields = [f"*Severity*\n{esc(summary.get('severity', '-'))}",
               f"*Since*\n{_when(since)}",
               f"*Affects*\n{who}" + (f" — {', '.join(affected[:5])}" if affected else " — all traffic"),

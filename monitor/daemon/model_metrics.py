@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 
 from monitor.config import Config, MetricsExport, Service
 from monitor.durations import duration_text
-from monitor.verdicts.verdict import VERDICTS
+from monitor.verdicts.verdict import HARMFUL, VERDICTS
 from storage.store import Store
 
 BASE = ("service", "model_version", "window")
@@ -40,8 +40,17 @@ SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
                                 ("metric", "class", "group")),
     "tailwatch_quality_samples": ("Labelled predictions the quality score rests on (its n).",
                                   ("metric", "class", "group")),
+    "tailwatch_signal_mean": ("Mean of a declared service signal, in its own unit.", ("signal",)),
+    "tailwatch_segment_requests": ("Requests of one segment in the last closed window.", ("segment",)),
+    "tailwatch_segment_latency_seconds": ("Latency quantile of one segment ('total': the whole request; 'ttft': "
+                                          "time to first token).", ("segment", "stage", "quantile")),
+    "tailwatch_segment_failed_requests_ratio": ("Share of one segment's requests that failed, timed out or were "
+                                                "rejected.", ("segment", "reason")),
+    "tailwatch_segment_signal_mean": ("Mean of a declared service signal over one segment's requests.",
+                                      ("segment", "signal")),
 }
-CHECKS = {"latency": ("latency",), "failures": ("latency",), "throughput": ("latency",), "cache": ("cache_hit_rate",),
+SEGMENT_STAGES = ("total", "ttft")  # a segment's stages exported: the request and its first token
+CHECKS = {"verdict": ("latency",), "latency": ("latency", "service_signal"), "failures": ("latency",), "throughput": ("latency",), "cache": ("cache_hit_rate",),
           "completeness": ("missing_rate",), "ranges": ("out_of_range", "unseen_categories"), "drift": ("drift",),
           "prediction_drift": ("prediction_drift",), "quality": ("quality",)}
 PER_FIELD = {"missing_rate": "tailwatch_field_missing_ratio", "out_of_range": "tailwatch_field_out_of_range_ratio",
@@ -108,6 +117,10 @@ class ModelMetrics(Collector):
         step = timedelta(microseconds=1)  # load_findings' `until` is exclusive: include windows ending at `now`
         with self.store.transaction() as session:
             verdicts = self.store.verdicts.load(session, service.name, since=now - spec.lookback, until=now)
+            # A version with an open incident is not healthy, whatever one window says (the episode holds
+            # until its signals are back): its verdict series say the incident's kind.
+            held = {i["model_version"]: i["verdict"] for i in self.store.incidents.load(
+                session, service.name, status="open") if i["model_version"] and i["verdict"] in HARMFUL + ("drift",)}
             # One query per check and length: each reads the windows that may be its last closed one, and
             # only its own rows (a window holds many more findings of other checks and of segments).
             rows = {w: [r for c in checks for r in self.store.findings.load(
@@ -126,11 +139,14 @@ class ModelMetrics(Collector):
             if family == "verdict":
                 for (version, length), v in sorted(last_verdict.items()):
                     if length in windows:
-                        _verdict(series, (service.name, version, duration_text(length)), v)
+                        _verdict(series, (service.name, version, duration_text(length)), v, held.get(version))
+                for (version, length), checks in sorted(per_window.items()):
+                    _segments(series, family, (service.name, version, duration_text(length)), checks, spec.top_k)
                 continue
             for (version, length), checks in sorted(per_window.items()):
                 base = (service.name, version, duration_text(length))
                 _family(series, family, base, checks, fields, spec)
+                _segments(series, family, base, checks, spec.top_k)
 
 
 def _last_closed(rows: list[dict], length: timedelta, now: datetime) -> dict[tuple[str, str], list[dict]]:
@@ -149,16 +165,19 @@ def _last_closed(rows: list[dict], length: timedelta, now: datetime) -> dict[tup
     return newest
 
 
-def _verdict(series: Series, base: tuple[str, ...], v: dict[str, Any]) -> None:
+def _verdict(series: Series, base: tuple[str, ...], v: dict[str, Any], incident: str | None = None) -> None:
+    """The verdict series of one window; `incident`: the kind of an incident open on its version, said
+    instead of `healthy`."""
+    shown = incident if incident and v["verdict"] == "healthy" else v["verdict"]
     for state in VERDICTS:
-        series.add("tailwatch_verdict", base + (state,), 1.0 if v["verdict"] == state else 0.0)
+        series.add("tailwatch_verdict", base + (state,), 1.0 if shown == state else 0.0)
     series.add("tailwatch_window_requests", base, v.get("rows"))
     series.add("tailwatch_window_end_timestamp_seconds", base, _utc(v["window_end"]).timestamp())
 
 
 def _family(series: Series, family: str, base: tuple[str, ...], checks: dict[str, list[dict]],
             fields: list[str], spec: MetricsExport) -> None:
-    """Add one family's series of one version's last closed window (segment-level findings are not exported)."""
+    """Add one family's series of one version's last closed window (all traffic; segments: _segments)."""
     if family in ("latency", "failures", "throughput"):
         for r in checks.get("latency", []):
             labels = r["labels"] or {}
@@ -169,6 +188,10 @@ def _family(series: Series, family: str, base: tuple[str, ...], checks: dict[str
                 series.add("tailwatch_failed_requests_ratio", base + (labels["rate"],), r["value"])
             elif family == "throughput" and labels.keys() == {"throughput"}:
                 series.add("tailwatch_throughput_requests_per_second", base, r["value"])
+        if family == "latency":
+            for r in checks.get("service_signal", []):
+                if (r["labels"] or {}).keys() == {"signal"}:
+                    series.add("tailwatch_signal_mean", base + (r["labels"]["signal"],), r["value"])
     elif family == "cache":
         for r in checks.get("cache_hit_rate", []):
             if not r["labels"]:
@@ -195,6 +218,44 @@ def _family(series: Series, family: str, base: tuple[str, ...], checks: dict[str
                 key = base + (labels["metric"], labels["class"], labels["group"])
                 series.add("tailwatch_quality_score", key, r["value"])
                 series.add("tailwatch_quality_samples", key, r["n"])
+
+
+def _segments(series: Series, family: str, base: tuple[str, ...], checks: dict[str, list[dict]], k: int) -> None:
+    """One family's segment series of one version's last closed window: the `k` segments with the most
+    requests (the n of their rate findings, which count every request), busiest first; the verdict family
+    their request counts, latency their total and ttft quantiles and signal means, failures their rates."""
+    if family not in ("verdict", "latency", "failures"):
+        return
+    rows = [r for r in checks.get("latency", []) if "segment" in (r["labels"] or {})]
+    n: dict[str, int] = {}
+    for r in rows:
+        if r["labels"].keys() == {"segment", "rate"}:
+            n[r["labels"]["segment"]] = max(n.get(r["labels"]["segment"], 0), int(r["n"] or 0))
+    top = sorted(n, key=lambda seg: (-n[seg], seg))[:k]
+    if family == "verdict":
+        for seg in top:
+            series.add("tailwatch_segment_requests", base + (seg,), n[seg])
+        return
+    chosen = set(top)
+    for r in sorted(rows, key=lambda r: (top.index(r["labels"]["segment"]) if r["labels"]["segment"] in chosen
+                                         else k, sorted(r["labels"].items()))):
+        labels = r["labels"]
+        if labels["segment"] not in chosen:
+            continue
+        if family == "latency" and labels.keys() == {"segment", "stage", "quantile"} \
+                and labels["stage"] in SEGMENT_STAGES:
+            value = None if r["value"] is None else r["value"] / 1000.0  # stored in ms
+            series.add("tailwatch_segment_latency_seconds", base + (labels["segment"], labels["stage"],
+                                                                    labels["quantile"]), value)
+        elif family == "failures" and labels.keys() == {"segment", "rate"}:
+            series.add("tailwatch_segment_failed_requests_ratio", base + (labels["segment"], labels["rate"]),
+                       r["value"])
+    if family == "latency":
+        for r in checks.get("service_signal", []):
+            labels = r["labels"] or {}
+            if labels.keys() == {"segment", "signal"} and labels["segment"] in chosen:
+                series.add("tailwatch_segment_signal_mean", base + (labels["segment"], labels["signal"]),
+                           r["value"])
 
 
 def _largest_groups(rows: list[dict], k: int) -> set[str]:

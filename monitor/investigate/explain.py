@@ -263,6 +263,7 @@ def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, 
     windows; ranked by effect size (`evidence.ranked`, as Slack and Alertmanager rank them)."""
     out: dict[tuple, dict[str, Any]] = {}
     quantile, rows = None, 0
+    segment = _segment(verdicts)
     for row in verdicts.to_dict("records") if len(verdicts) else []:
         attribution = row.get("attribution") or {}
         quantile = attribution.get("quantile") or quantile
@@ -282,7 +283,14 @@ def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, 
             entry.update(value=_num(row["value"]), baseline=_num(row["baseline"]), n=int(row["n"] or 0),
                          interval_low=_num(row["interval_low"]), interval_high=_num(row["interval_high"]),
                          status="breach")
-    return ranked(out.values(), quantile, rows or None)[:EVIDENCE_MAX]
+    return ranked(out.values(), quantile, rows or None, segment)[:EVIDENCE_MAX]
+
+
+def _segment(verdicts: pd.DataFrame) -> str | None:
+    """The segment most of the incident's verdicts rest on (their attribution `segment`), if any."""
+    cited = [(a or {}).get("segment") for a in (verdicts["attribution"] if len(verdicts) else [])]
+    cited = [c for c in cited if c]
+    return max(set(cited), key=lambda c: (cited.count(c), c)) if cited else None
 
 
 def _what_changed(store: Store, service: str, verdicts: pd.DataFrame, first: datetime, last: datetime,
@@ -361,8 +369,11 @@ def _named(top_stage: str | None, affected: list[dict], evidence: list[dict], ch
     increase = cache_split and cache_split["mean_ms_during"] - cache_split["mean_ms_before"]
     path = (cache_split["skipped_by_hits"] if cache and increase and increase > 0
             and cache_split["from_misses_ms"] >= MIX_SHARE * increase else [])
+    # The segment the verdicts rest on leads the segments named.
+    segment = _segment(verdicts)
+    segments = ([segment] if segment else []) + [s for s in values("segment") if s != segment]
     return {"stage": stage, "cache_path": path, "hotspots": named_values(affected + evidence),
-            "fields": values("field") + ["cache_hit"] * cache, "segments": values("segment"),
+            "fields": values("field") + ["cache_hit"] * cache, "segments": segments,
             "classes": values("class"), "groups": values("group"), "signals": values("signal"),
             "outputs": values("output"),
             "group_definitions": {g: groups[g] for g in values("group") if g in groups},

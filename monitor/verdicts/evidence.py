@@ -28,6 +28,7 @@ SIGNAL_UNITS = {"batch_size": "requests", "queue_depth": "requests", "memory_mb"
 SLICES = ("segment", "group", "bucket")
 # Labels that say which quantile: one line per measure, at the verdict's quantile (else the strongest).
 QUANTILE = "quantile"
+RULE = "acceptance"  # the check of the acceptance rules: worded against the rule's own number (rule_text)
 # Checks that name one value of their field (`detail.value`): a hotspot's busiest route, expert or replica.
 NAMED_VALUE = ("hotspot",)
 
@@ -51,6 +52,58 @@ def named_values(items: Iterable[Mapping[str, Any]]) -> list[str]:
         if item.get("check") in NAMED_VALUE and field in labels and f"{field}={labels[field]}" not in out:
             out.append(f"{field}={labels[field]}")
     return out
+
+
+def length_labelled(f: Mapping[str, Any]) -> bool:
+    """Whether a finding is measured on one input-length bucket (labels `length`, `length_*`)."""
+    return any(str(k).startswith("length") for k in (f.get("labels") or {}))
+
+
+def rule_of(f: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What an acceptance rule's words need beyond value and baseline: its `floor` (the rule's `min`, or
+    the baseline less `max_drop`), `min`, `max_drop` and where the baseline came from (`baseline_from`),
+    from a finding's detail or an evidence item's `rule`; None for any other check."""
+    if f.get("check") != RULE:
+        return None
+    if isinstance(f.get("rule"), Mapping):
+        return dict(f["rule"])
+    detail = f.get("detail") if isinstance(f.get("detail"), Mapping) else {}
+    out = {k: detail.get(k) for k in ("floor", "min", "max_drop", "baseline_from")}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def rule_text(e: Mapping[str, Any]) -> str:
+    """An acceptance rule's figure against the rule's own number, the baseline's figure beside it:
+    `recall 0.286 vs floor 0.60 (v1 0.789)` for `min: 0.6`, `recall 0.70 vs floor 0.739 (v1 0.789 - 0.05)`
+    for `max_drop: 0.05`. One n per rule goes beside it (`parts`). Every reader words a rule with this
+    (evidence lines, Slack, `explain`, the web pages)."""
+    value, against = _rule_parts(e)
+    return f"{value} vs {against}" if against else value
+
+
+def _rule_parts(e: Mapping[str, Any]) -> tuple[str, str]:
+    """The figure (`recall 0.286`) and what it is held against (`floor 0.60 (v1 0.789)`) of a rule."""
+    labels = e.get("labels") or {}
+    rule = rule_of(e) or {}
+    u = unit(RULE, labels)
+    value = f"{labels.get('metric') or 'figure'} {show(e.get('value'), u)}".strip()
+    base, floor = e.get("baseline"), rule.get("floor")
+    name, _, how = str(rule.get("baseline_from") or "baseline").removeprefix("version ").partition(", ")
+    beside = ""
+    if base is not None:
+        drop = rule.get("max_drop") if rule.get("min") is None else None
+        beside = f"{name} {show(base, u)}" + (f" - {_own(drop)}" if drop is not None else "") + (
+            f", {how}" if how else "")
+    if floor is None:
+        return value, beside
+    own = _own(floor) if rule.get("min") is not None else show(floor, u)
+    return value, f"floor {own}" + (f" ({beside})" if beside else "")
+
+
+def _own(number: Any) -> str:
+    """A number the user wrote in a rule, as written: 0.6 reads 0.60, 0.725 reads 0.725."""
+    v = float(number)
+    return f"{v:.2f}" if abs(v - round(v, 2)) < 1e-12 else _digits(v)
 
 
 def label_text(labels: Mapping[str, Any], sep: str = " ") -> str:
@@ -90,7 +143,7 @@ def unit(check: str, labels: Mapping[str, Any]) -> str:
 
 
 def show(value: Any, unit_: str) -> str:
-    """`value` in `unit_`: 3 significant digits (thousands separated from 10,000), shares and differences
+    """`value` in `unit_`: 3 significant digits (whole from 1,000, thousands separated), shares and differences
     of shares as percent, PSI named before its value; '-' for no value."""
     if value is None or isinstance(value, float) and math.isnan(value):
         return "-"
@@ -112,7 +165,7 @@ def _form(unit_: str) -> tuple[str, Callable[[float], str], str]:
 
 
 def _digits(v: float) -> str:
-    if abs(v) >= 1e4:
+    if abs(v) >= 1e3:  # never in scientific notation: 1,110 ms, not 1.11e+03
         return f"{v:,.0f}"
     return f"{v:.3g}" if v == 0 or abs(v) >= 0.001 else f"{v:.2g}"
 
@@ -124,7 +177,10 @@ def parts(e: Mapping[str, Any]) -> dict[str, str]:
     u = unit(check, labels)
     value, base = e.get("value"), e.get("baseline")
     change = ""
-    if value is not None and base is not None:
+    rule = _rule_parts(e) if check == RULE else None
+    if rule is not None:
+        labels.pop("metric", None)  # the figure names its metric
+    elif value is not None and base is not None:
         if u == "%":
             change = f"{100 * (float(value) - float(base)):+.3g} pp"
         elif u not in ("PSI", "pp", "x", "%", "") and float(base) > 0 and float(value) >= 0:
@@ -135,7 +191,8 @@ def parts(e: Mapping[str, Any]) -> dict[str, str]:
     return {"check": check,
             "labels": label_text(labels),
             # A PSI is measured against the reference already: its baseline of 0 says nothing.
-            "value": show(value, u), "baseline": "" if base is None or u == "PSI" and not base else show(base, u),
+            "value": rule[0] if rule else show(value, u),
+            "baseline": rule[1] if rule else "" if base is None or u == "PSI" and not base else show(base, u),
             "change": change,
             "n": "" if n is None else f"n={int(n):,}" + (f" {contract.n_of}" if contract is not None else ""),
             "interval": "" if low is None or high is None else f"95% CI {_range(low, high, u)}"}
@@ -191,11 +248,13 @@ def _h(p: float) -> float:
 
 
 def ranked(items: Iterable[Mapping[str, Any]], quantile: str | None = None,
-           rows: int | None = None) -> list[dict[str, Any]]:
+           rows: int | None = None, segment: str | None = None) -> list[dict[str, Any]]:
     """Evidence items strongest first: each check and labels once (the first item wins, later ones fill
     its missing keys), one quantile per measure (`quantile`, the verdict's, else the strongest), ranked by
     `effect` with slices counted against `rows` requests (else the largest n of the same check outside a
-    slice); items without an effect last, in their given order."""
+    slice); items without an effect last, in their given order. `segment`: the segment the verdict rests
+    on (attribution `segment`): its items lead at their own size, being what the verdict is about, ahead
+    of the signals of all traffic (which move with the day's load against a trailing baseline)."""
     merged: dict[tuple, dict[str, Any]] = {}
     for e in items:
         key = (e.get("check"), tuple(sorted((str(k), str(v)) for k, v in (e.get("labels") or {}).items())))
@@ -207,7 +266,11 @@ def ranked(items: Iterable[Mapping[str, Any]], quantile: str | None = None,
     for e in merged.values():
         if not any(k in (e.get("labels") or {}) for k in SLICES):
             whole[e["check"]] = max(whole.get(e["check"], 0.0), float(e.get("n") or 0))
-    sized = [(effect(e, whole.get(e["check"]) or rows), i, e) for i, e in enumerate(merged.values())]
+    def mine(e: Mapping[str, Any]) -> bool:
+        return segment is not None and (e.get("labels") or {}).get("segment") == segment
+
+    sized = [(effect(e, None if mine(e) else whole.get(e["check"]) or rows), i, e)
+             for i, e in enumerate(merged.values())]
     best: dict[tuple, tuple] = {}
     for size, i, e in sized:
         labels = e.get("labels") or {}
@@ -216,7 +279,9 @@ def ranked(items: Iterable[Mapping[str, Any]], quantile: str | None = None,
         rank = (at, size if size is not None else -1.0, -i)
         if measure not in best or rank > best[measure][0]:
             best[measure] = (rank, size, i, e)
-    kept = sorted(best.values(), key=lambda r: (r[1] is None, -(r[1] or 0.0), r[2]))
+    # An SLO rule (infinite) leads, then the verdict's segment, then the rest by size.
+    kept = sorted(best.values(), key=lambda r: (r[1] != math.inf and not mine(r[3]), r[1] is None,
+                                                -(r[1] or 0.0), r[2]))
     return [e for _, _, _, e in kept]
 
 
@@ -227,4 +292,4 @@ def gathered(notes: Mapping[str, Any]) -> list[dict[str, Any]]:
     pool = list(notes.get("evidence") or [])
     for key in ("signals", "inputs", "quality"):
         pool += [{**s, "status": s.get("status", "breach")} for s in attribution.get(key) or []]
-    return ranked(pool, attribution.get("quantile"), notes.get("rows"))
+    return ranked(pool, attribution.get("quantile"), notes.get("rows"), attribution.get("segment"))

@@ -13,25 +13,23 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from checks.catalog import names
-from monitor.verdicts.evidence import label_text, named_labels, ranked, show, unit
+from monitor.verdicts import words
+from monitor.verdicts.evidence import effect, length_labelled, named_labels, rule_of
+from monitor.verdicts.families import (  # noqa: F401 (the families are read from here too)
+    CONFIRMED_QUALITY,
+    CONTRACT_INPUT_CHECKS,
+    ESTIMATED_QUALITY,
+    INPUT_CHECKS,
+    LABEL_CHECKS,
+    LENGTH_CHECKS,
+    SERVICE_CHECKS,
+    SERVING_CHECKS,
+    SIGNAL_CHECKS,
+)
 
 VERDICTS = ("slower", "worse", "both", "drift", "healthy", "insufficient_data", "no_data")
 HARMFUL = ("slower", "worse", "both")
 
-# What each family of finding (checks.catalog) means for the verdict.
-SERVICE_CHECKS = names("latency")  # total quantiles and failure / timeout / reject rates
-# Serving-efficiency losses that are a service regression by themselves: a cache that stopped hitting (or
-# serves another version's results) costs every request its compute, before the latency shows it at load.
-SERVING_CHECKS = names("cache")
-SIGNAL_CHECKS = names("cache", "signals", "routing", "vocabulary")
-CONFIRMED_QUALITY = names("quality", "versions")  # rest on delivered labels
-ESTIMATED_QUALITY = names("estimates", "predictions")  # before labels arrive
-INPUT_CHECKS = names("completeness", "ranges", "drift", "lengths", "vocabulary")
-# Contract-level input changes: when one breaches, a prediction shift is what the new inputs do to the
-# model, not evidence of harm by itself.
-CONTRACT_INPUT_CHECKS = names("completeness", "ranges")
-LENGTH_CHECKS = names("lengths")  # input lengths: they explain a slowdown, or tell it apart from longer inputs
-LABEL_CHECKS = names("labels")
 QUANTILE_ORDER = ("p95", "p99", "p50")
 EVIDENCE_MAX = 8
 CHANGE_LOOKBACK = timedelta(hours=6)  # a version first seen this long before the window may be the trigger
@@ -51,10 +49,11 @@ class Evidence:
     status: str = "breach"
     share: float | None = None  # the stage's share of the latency increase, 0..1
     needed_n: int | None = None  # an insufficient finding's samples needed to decide, when it says
+    rule: dict[str, Any] | None = None  # an acceptance rule's floor and baseline source (evidence.rule_of)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("share", "needed_n"):
+        for key in ("share", "needed_n", "rule"):
             if out[key] is None:
                 del out[key]
         return out
@@ -116,10 +115,11 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     breach = [f for f in whole if f["status"] == "breach"]
     seg_breach = [f for f in own if f["status"] == "breach" and "segment" in (f.get("labels") or {})]
 
-    service_hits = [f for f in breach if f["check"] in SERVICE_CHECKS and is_service_regression(f)
-                    or f["check"] in SERVING_CHECKS and (f.get("effect") is None or f["effect"] <= 0
-                                                         or f["check"] != "cache_hit_rate")]
-    slower = bool(service_hits) or bool(rule_breaches)
+    service_hits = [f for f in breach if _service_hit(f)]
+    # A segment's own regression is the service's: one language's decode twice as slow moves the all-traffic
+    # quantiles too little to breach, and its requests are served that slowly all the same.
+    segment = _slow_segment([f for f in seg_breach if _service_hit(f)], own, alone=not service_hits)
+    slower = bool(service_hits) or segment is not None or bool(rule_breaches)
     confirmed = [f for f in breach + seg_breach if f["check"] in CONFIRMED_QUALITY and not _estimated(f)]
     contract_inputs = [f for f in breach if f["check"] in CONTRACT_INPUT_CHECKS]
     estimates = [f for f in breach if f["check"] == "quality_estimate" or _estimated(f)
@@ -156,7 +156,14 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     estimated = worse and not confirmed
 
     attribution: dict[str, Any] = {}
-    if slower:
+    if segment is not None:
+        # The segment's own figures tell its story (its stages, its signals); the signals of all traffic
+        # follow them, as what the whole service did beside it.
+        mine = [f for f in own if (f.get("labels") or {}).get("segment") == segment]
+        attribution = _attribution(mine, [f for f in seg_breach if f in mine])
+        attribution["segment"] = segment
+        attribution["signals"] += _attribution(whole, breach)["signals"]
+    elif slower:
         attribution = _attribution(whole, breach)
     if worse:
         attribution["quality"] = [_short(f) for f in (confirmed or estimates)[:EVIDENCE_MAX]]
@@ -168,12 +175,13 @@ def decide(findings: Sequence[Mapping[str, Any]], *, service: str, model_version
     if verdict in HARMFUL and model_version not in accepted_versions:
         rollback = _rollback(versions, accepted_versions, model_version)
     evidence = list(rule_breaches) + _evidence(verdict, breach, seg_breach + holding, attribution)
+    rose = _latency_rose(breach + [f for f in seg_breach if (f.get("labels") or {}).get("segment") == segment])
     if verdict == "insufficient_data":
         evidence = _insufficient(whole)
     return Verdict(**base, verdict=verdict, estimated=estimated, rows=rows, evidence=tuple(evidence[:EVIDENCE_MAX]),
                    attribution=attribution, what_changed=tuple(changed),
-                   next_steps=tuple(_next_steps(verdict, attribution, inputs, changed, rollback, _latency_rose(breach))),
-                   rollback_to=rollback, summary=_summary(verdict, estimated, attribution, evidence, changed))
+                   next_steps=tuple(words.next_steps(verdict, attribution, inputs, changed, rollback, rose)),
+                   rollback_to=rollback, summary=words.summary(verdict, estimated, attribution, evidence, changed))
 
 
 def signal_key(f: Mapping[str, Any]) -> tuple:
@@ -231,15 +239,43 @@ def is_service_regression(f: Mapping[str, Any]) -> bool:
     return labels.get("stage") == "total" or "rate" in labels
 
 
-def _length_labelled(f: Mapping[str, Any]) -> bool:
-    return any(k.startswith("length") for k in (f.get("labels") or {}))
+def _service_hit(f: Mapping[str, Any]) -> bool:
+    """A breaching finding that is a service regression by itself: a total latency quantile or a failure
+    rate (is_service_regression), a cache that stopped hitting or serves stale results."""
+    return (f["check"] in SERVICE_CHECKS and is_service_regression(f)
+            or f["check"] in SERVING_CHECKS and (f.get("effect") is None or f["effect"] <= 0
+                                                 or f["check"] != "cache_hit_rate"))
+
+
+def _slow_segment(hits: list[Mapping[str, Any]], own: Sequence[Mapping[str, Any]], alone: bool) -> str | None:
+    """The segment (`lang=de`) whose service regression is the strongest on the common effect scale (ties:
+    the most requests), of those that regressed while another value of the same column held; None when
+    none did. Every value of a column regressing is all traffic, not one part of it. When all traffic
+    regressed too (`alone` false), a segment is named only when it is the one value of its column that
+    did: several slower segments are a slower service."""
+    values: dict[str, set[str]] = {}
+    for f in own:
+        seg = str((f.get("labels") or {}).get("segment") or "")
+        if seg and f["check"] == "latency" and f["status"] in ("ok", "breach"):
+            values.setdefault(seg.split("=", 1)[0], set()).add(seg)
+    slow = {str(f["labels"]["segment"]) for f in hits}
+
+    def column(f: Mapping[str, Any]) -> str:
+        return str(f["labels"]["segment"]).split("=", 1)[0]
+
+    kept = [f for f in hits if values.get(column(f), set()) - slow
+            and (alone or len({s for s in slow if s.split("=", 1)[0] == column(f)}) == 1)]
+    if not kept:
+        return None
+    best = max(kept, key=lambda f: (effect(f) or 0.0, int(f.get("n") or 0)))
+    return str(best["labels"]["segment"])
 
 
 def _attribution(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Each stage's share of the latency increase at the breaching quantile, the correlated signals,
     and whether latency per input length moved (service slower) or only the length mix did."""
     lat = [f for f in whole if f["check"] == "latency" and "quantile" in (f.get("labels") or {})
-           and not _length_labelled(f)]
+           and not length_labelled(f)]
     totals = {f["labels"]["quantile"]: f for f in lat if f["labels"].get("stage") == "total"}
     breached_q = [q for q in QUANTILE_ORDER if q in totals and totals[q]["status"] == "breach"]
     quantile = (breached_q or [q for q in QUANTILE_ORDER if q in totals] or ["p95"])[0]
@@ -262,11 +298,10 @@ def _attribution(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]
         untimed = (total.get("detail") or {}).get("untimed_timeouts")
         if untimed:
             out["total"]["untimed_timeouts"] = untimed
-    signals = []
-    for f in breach:
-        if f["check"] in SIGNAL_CHECKS + LENGTH_CHECKS:
-            signals.append(_short(f))
-    out["signals"] = signals
+    # Strongest first (the common effect scale): the summary names the first two.
+    moved = sorted((f for f in breach if f["check"] in SIGNAL_CHECKS + LENGTH_CHECKS),
+                   key=lambda f: -(effect(f) or 0.0))
+    out["signals"] = [_short(f) for f in moved]
     out["length"] = _length_adjusted(whole, breach)
     return out
 
@@ -275,7 +310,7 @@ def _length_adjusted(whole: list[Mapping[str, Any]], breach: list[Mapping[str, A
     """'service' when latency rose within an input-length bucket, 'inputs' when the lengths shifted and
     latency per length bucket held, 'unknown' without per-length latency, '' when lengths did not shift."""
     shifted = any(f["check"] in LENGTH_CHECKS for f in breach)
-    per_length = [f for f in whole if f["check"] == "latency" and _length_labelled(f)
+    per_length = [f for f in whole if f["check"] == "latency" and length_labelled(f)
                   and f["status"] in ("ok", "breach")]
     if any(f["status"] == "breach" for f in per_length):
         return "service"
@@ -285,9 +320,10 @@ def _length_adjusted(whole: list[Mapping[str, Any]], breach: list[Mapping[str, A
 
 
 def _short(f: Mapping[str, Any]) -> dict[str, Any]:
-    return {"check": f["check"], "labels": named_labels(f["check"], f.get("labels"), f.get("detail")),
-            "value": f.get("value"),
-            "baseline": f.get("baseline"), "n": f.get("n")}
+    out = {"check": f["check"], "labels": named_labels(f["check"], f.get("labels"), f.get("detail")),
+           "value": f.get("value"), "baseline": f.get("baseline"), "n": f.get("n")}
+    rule = rule_of(f)
+    return out if rule is None else {**out, "rule": rule}
 
 
 def _what_changed(versions: Sequence[Mapping[str, Any]], model_version: str, start: datetime, end: datetime,
@@ -325,7 +361,8 @@ def _evidence(verdict: str, breach: list[Mapping[str, Any]], extra: list[Mapping
               attribution: dict[str, Any]) -> list[Evidence]:
     """The breaching findings that make the verdict, most telling first: the service regression, then
     stages by share, signals, quality, inputs; per-segment findings (and those an episode holds on,
-    `extra`) only for the quality the verdict rests on."""
+    `extra`) for the quality the verdict rests on, and every breach of the segment a slowdown rests on
+    (attribution `segment`), which leads."""
     order = {"slower": SERVICE_CHECKS + SIGNAL_CHECKS + LENGTH_CHECKS,
              "worse": CONFIRMED_QUALITY + ESTIMATED_QUALITY,
              "both": SERVICE_CHECKS + CONFIRMED_QUALITY + SIGNAL_CHECKS + ESTIMATED_QUALITY + LENGTH_CHECKS,
@@ -333,24 +370,34 @@ def _evidence(verdict: str, breach: list[Mapping[str, Any]], extra: list[Mapping
     shares = attribution.get("stages", {})
     # Per segment: the quality the verdict rests on (a segment's predictions count as estimated harm).
     rests_on = CONFIRMED_QUALITY + (ESTIMATED_QUALITY if verdict in ("worse", "both") else ())
-    pool = breach + [f for f in extra if f["check"] in rests_on]
+    segment = attribution.get("segment")
+    pool = breach + [f for f in extra if f["check"] in rests_on
+                     or segment is not None and f["status"] == "breach"
+                     and (f.get("labels") or {}).get("segment") == segment]
 
     def rank(f: Mapping[str, Any]) -> tuple:
         labels = f.get("labels") or {}
         family = order.index(f["check"]) if f["check"] in order else len(order)
         headline = 0 if is_service_regression(f) else 1
-        share = shares.get(labels.get("stage"), 0.0)
-        return (family, headline, f["status"] != "breach", -share, -(f.get("n") or 0))
+        # The stage shares are the named segment's when there is one: they rank its stages only.
+        share = shares.get(labels.get("stage"), 0.0) if labels.get("segment") == segment else 0.0
+        # Signals by their size (the strongest is what the summary and the messages name); latency by n.
+        size = 0.0 if f["check"] in SERVICE_CHECKS else -(effect(f) or 0.0)
+        return (segment is not None and labels.get("segment") != segment, family, headline,
+                f["status"] != "breach", -share, size, -(f.get("n") or 0))
 
     out = []
     for f in sorted((f for f in pool if f["check"] in order), key=rank):
-        stage = (f.get("labels") or {}).get("stage")
+        labels = f.get("labels") or {}
+        stage = labels.get("stage")
         # `held`: under the floor that opens an episode, not back within its baseline either.
         status = "held" if f["status"] == "ok" else f["status"]
-        out.append(Evidence(f["check"], named_labels(f["check"], f.get("labels"), f.get("detail")),
+        share = (shares.get(stage) if f["check"] == "latency" and stage != "total"
+                 and labels.get("segment") == segment else None)
+        out.append(Evidence(f["check"], named_labels(f["check"], labels, f.get("detail")),
                             f.get("value"), f.get("baseline"),
                             int(f.get("n") or 0), f.get("interval_low"), f.get("interval_high"), status,
-                            shares.get(stage) if f["check"] == "latency" and stage != "total" else None))
+                            share, rule=rule_of(f)))
     return out
 
 
@@ -367,117 +414,8 @@ def _insufficient(whole: list[Mapping[str, Any]]) -> list[Evidence]:
             for f in pool]
 
 
-# What to look at when a stage carries most of the latency increase.
-STAGE_STEPS = {"batch_wait": "micro-batcher: max wait and max batch size",
-               "model": "model: compute per batch (hardware, model size, batch run time)",
-               "preprocess": "preprocessing: its version and the features it computes",
-               "parse": "parsing: request size and format"}
-
-
 def _latency_rose(breach: list[Mapping[str, Any]]) -> bool:
     """Whether a total latency quantile breached: only then does a stage's share of the increase point
     somewhere (otherwise it is a share of noise)."""
     return any(f["check"] == "latency" and "quantile" in (f.get("labels") or {}) and is_service_regression(f)
                for f in breach)
-
-
-def _next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed: list[dict[str, Any]],
-                rollback: str | None, latency_rose: bool) -> list[str]:
-    """Only the steps the evidence points at (what changed is listed beside them, not repeated here): a
-    rollback when this model version is new; the cache when its hit rate fell or it served stale results;
-    the top stage's own knobs when total latency rose; the queue, memory or batch size when that signal
-    moved; input lengths when they shifted; for worse, preprocessing when its version changed or a
-    labelled slice got worse, the threshold when the model version changed or a class's recall or
-    precision moved; the upstream producer for changed inputs."""
-    steps = []
-    kinds = {c["kind"] for c in changed}
-    if rollback and "model_version" in kinds:
-        steps.append(f"consider rolling back to accepted version {rollback}")
-    signals = attribution.get("signals", [])
-    moved = {str(s["labels"].get("signal")) for s in signals if s["check"] == "service_signal"}
-    if verdict in ("slower", "both"):
-        fell = [s for s in signals if s["check"] == "cache_hit_rate" and s["value"] is not None
-                and s["baseline"] is not None and s["value"] < s["baseline"]]
-        if fell or any(s["check"] == "stale_cache" for s in signals):
-            steps.append("cache: hit rate and cache key (did a deploy change the key or flush the cache?)")
-        top = next(iter(attribution.get("stages", {})), None) if latency_rose else None
-        if top is not None:
-            steps.append(STAGE_STEPS.get(top, f"stage {top}: what runs in it and what changed there"))
-        if "batch_size" in moved and top != "batch_wait":
-            steps.append(STAGE_STEPS["batch_wait"])
-        if "queue_depth" in moved:
-            steps.append("queue: queue depth and replica count (is the service saturated?)")
-        if "memory_mb" in moved:
-            steps.append("memory: memory use and swapping / GC pauses on the replicas")
-        if attribution.get("length") == "inputs":
-            steps.append("inputs got longer (latency per length bucket held): expect it to follow input length")
-        elif attribution.get("length") == "unknown":
-            steps.append("input lengths shifted: compare latency per input length before blaming the service")
-    if verdict in ("worse", "both"):
-        quality = attribution.get("quality", [])
-        sliced = any(set(q["labels"]) & {"segment", "group"} for q in quality if q["check"] in CONFIRMED_QUALITY)
-        if "preprocess_version" in kinds or sliced:
-            steps.append("preprocessing: diff the preprocessing version and its outputs on a few requests"
-                         + (" of the affected slice" if sliced else ""))
-        if "model_version" in kinds or any(q["check"] in CONFIRMED_QUALITY and q["labels"].get("metric")
-                                           in ("recall", "precision") for q in quality):
-            steps.append("threshold: did the decision threshold or class mapping change?")
-        if any(f["check"] in LENGTH_CHECKS for f in inputs):
-            steps.append("truncation: are long text inputs cut before the model?")
-    if inputs and verdict != "healthy":
-        fields = sorted({str(f["labels"].get("field")) for f in inputs if f["labels"].get("field")})
-        steps.append(f"inputs changed{' in ' + ', '.join(fields) if fields else ''}: check the upstream "
-                     "producer for new values, units or scale"
-                     + ("; quality is not confirmed hurt until labels arrive" if verdict == "drift" else ""))
-    return steps
-
-
-def _summary(verdict: str, estimated: bool, attribution: dict[str, Any], evidence: list[Evidence],
-             changed: list[dict[str, Any]]) -> str:
-    """One line a person reads first."""
-    head = verdict + (" (estimated)" if estimated else "")
-    parts = []
-    total = attribution.get("total")
-    if verdict in ("slower", "both") and total:
-        # Without a deadline, timed-out requests that logged no latency are not in it: said so, beside
-        # the rate that counts them.
-        untimed = total.get("untimed_timeouts")
-        what = "latency of the requests that logged one" if untimed else "total latency"
-        parts.append(f"{attribution['quantile']} {what} {show(total['value'], 'ms')} vs "
-                     f"{show(total['baseline'], 'ms')}"
-                     + (f" ({untimed:,} timed-out requests logged none)" if untimed else ""))
-    if verdict in ("slower", "both"):
-        # The failing share: first when total latency did not breach (the requests that failed are the news).
-        rates = [f"{e.labels['rate']} rate {show(e.value, '%')} vs {show(e.baseline, '%')}" for e in evidence
-                 if e.check == "latency" and "rate" in e.labels and e.status == "breach"]
-        rose = any(e.check == "latency" and e.labels.get("stage") == "total" and "quantile" in e.labels
-                   and len(e.labels) == 2 and e.status == "breach" for e in evidence)
-        parts = parts + rates if rose else rates + parts
-    stages = attribution.get("stages", {})
-    if verdict in ("slower", "both") and stages:
-        top = next(iter(stages))
-        parts.append(f"{stages[top]:.0%} of the increase in stage {top}")
-    for s in attribution.get("signals", [])[:2]:
-        labels = s["labels"]
-        field = str(labels.get("field") or "")
-        # A hotspot names its value and what it is compared with: the other values, or an even split.
-        what = (f"{field}={labels[field]}" if field in labels else labels.get("signal") or field)
-        against = ("" if field not in labels else " (an even split)" if labels.get("measure") == "share"
-                   else f" on the other {field}s")
-        u = unit(s["check"], labels)
-        parts.append(f"{s['check']}{' ' + what if what else ''} {show(s['value'], u)} vs "
-                     f"{show(s['baseline'], u)}{against}")
-    if verdict == "insufficient_data":
-        parts = [f"{e.check} {','.join(f'{k}={v}' for k, v in sorted(e.labels.items()))} n={e.n}"
-                 + (f" of {e.needed_n} needed" if e.needed_n else "") for e in evidence[:3]]
-    if verdict not in ("slower",) and evidence and not parts:
-        # The strongest item, as the messages rank it.
-        e = ranked([x.as_dict() for x in evidence], attribution.get("quantile"))[0]
-        labels = label_text(e["labels"], ",")
-        held = ", held: still shifted from its baseline" if e["status"] == "held" else ""
-        u = unit(e["check"], e["labels"])
-        base = "" if e["baseline"] is None or u == "PSI" and not e["baseline"] else f" vs {show(e['baseline'], u)}"
-        parts.append(f"{e['check']} {labels} {show(e['value'], u)}{base} (n={e['n']:,}{held})")
-    if changed:
-        parts.append(changed[0]["text"])
-    return head + (": " + "; ".join(parts) if parts else "")

@@ -108,7 +108,7 @@ def test_metrics_config_chooses_what_is_exported(filled_run):
     model = {n for n in names if n[0] not in ("tailwatch_model_series", "tailwatch_model_series_dropped_total")
              and not n[0].startswith(("tailwatch_outbox", "tailwatch_active", "tailwatch_is_leader",
                                       "tailwatch_heartbeat", "tailwatch_notifications"))}
-    assert {n[0] for n in model} == {"tailwatch_verdict", "tailwatch_window_requests",
+    assert {n[0] for n in model} == {"tailwatch_verdict", "tailwatch_window_requests", "tailwatch_segment_requests",
                                      "tailwatch_window_end_timestamp_seconds", "tailwatch_field_drift_psi"}
     assert {n[1] for n in model if n[0] == "tailwatch_field_drift_psi"} == {"tenure"}
     assert {n[2] for n in model} == {"1h"}
@@ -121,6 +121,7 @@ def test_metrics_config_chooses_what_is_exported(filled_run):
 # --- cardinality ---
 
 FIELDS, GROUPS, CLASSES, STAGES, QUANTILES = 50, 20, 5, 6, ("p50", "p95", "p99")
+SEGMENTS, SIGNALS = 30, 2  # segment values (more than top_k: the busiest are exported) and declared signals
 METRICS = ("precision", "recall", "f1", "roc_auc")
 WINDOWS = (timedelta(minutes=15), timedelta(hours=1), timedelta(days=1))
 
@@ -157,6 +158,17 @@ def _wide_rows(version: str, now: datetime) -> tuple[list[dict], list[dict]]:
                 add("latency", {"stage": f"s{s}", "quantile": q, "segment": "x=1"}, 12.0, length)
         for rate in ("failure", "timeout", "reject"):
             add("latency", {"rate": rate}, 0.01, length)
+        for j in range(SEGMENTS):
+            seg = f"x={j}"
+            for stage in ("total", "ttft"):
+                for q in QUANTILES:
+                    add("latency", {"stage": stage, "quantile": q, "segment": seg}, 12.0, length)
+            for rate in ("failure", "timeout", "reject"):
+                add("latency", {"rate": rate, "segment": seg}, 0.01, length, n=100 + j)
+            for sig in range(SIGNALS):
+                add("service_signal", {"signal": f"sig{sig}", "segment": seg}, 0.5, length)
+        for sig in range(SIGNALS):
+            add("service_signal", {"signal": f"sig{sig}"}, 0.5, length)
         add("latency", {"throughput": "samples"}, 3.0, length)
         add("cache_hit_rate", {}, 0.5, length)
         for i in range(FIELDS):
@@ -184,13 +196,16 @@ def test_wide_service_stays_under_the_cap_and_the_rest_is_counted(tmp_path):
                 store.findings.upsert(session, findings)
                 store.verdicts.upsert(session, verdicts)
         got = samples(render(cfg, store, now))
-        # The formula of docs/prometheus.md, per version: per window W: 9 + S*Q + 5 + 3*top_k + (1 + C);
-        # per quality window: top_k groups * (C + 2) * M * 2.
+        # The formula of docs/prometheus.md, per version: per window W: 9 + S*Q + 5 + 3*top_k + (1 + C) + G
+        # + top_k segments * (1 + 2*Q + 3 + G); per quality window: top_k groups * (C + 2) * M * 2.
         k = cfg.metrics.top_k
-        per_window = 9 + STAGES * len(QUANTILES) + 5 + 3 * k + (1 + CLASSES)
+        per_window = (9 + STAGES * len(QUANTILES) + 5 + 3 * k + (1 + CLASSES) + SIGNALS
+                      + k * (1 + 2 * len(QUANTILES) + 3 + SIGNALS))
         expected = 2 * (len(WINDOWS) * per_window + k * (CLASSES + 2) * len(METRICS) * 2)
         assert got[key("tailwatch_model_series")] == expected <= cfg.metrics.max_series
         assert got[key("tailwatch_model_series_dropped_total")] == 0
+        segments = {dict(labels)["segment"] for n, labels in got if n.startswith("tailwatch_segment_")}
+        assert segments == {f"x={j}" for j in range(SEGMENTS - k, SEGMENTS)}  # the busiest top_k
         groups = {dict(labels)["group"] for n, labels in got if n == "tailwatch_quality_score"}
         assert groups == {"all", "g19", "g18", "g17", "g16", "g15", "g14", "g13", "g12", "g11"}  # the largest
 
