@@ -12,6 +12,7 @@ from typing import Any
 
 from monitor.alerts.alert import ACTIVE_STATES, FAMILY, Alert, Sample, louder
 from monitor.config import VerdictAlerts
+from monitor.verdicts.evidence import rule_text
 from monitor.verdicts.verdict import (
     HARMFUL,
     SERVING_CHECKS,
@@ -274,7 +275,7 @@ def _rule_not_back(p: Mapping[str, Any], found: Sequence[Mapping[str, Any]]) -> 
     what = f"rule {p['labels'].get('rule')} ({labels})"
     if f["status"] == "insufficient":
         return f"{what}: too few labels to tell (n={f.get('n') or 0})"
-    return f"{what} still breaching: {float(f['value']):.3g} vs {float(f['baseline'] or 0):.3g}"
+    return f"{what} still breaching: {rule_text(f)}"
 
 
 def not_back(pre: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
