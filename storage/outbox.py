@@ -65,9 +65,13 @@ class Outbox(Repository):
             select(OutboxRow.incident_id, func.max(OutboxRow.created_at), pending)
             .where(OutboxRow.kind == kind, OutboxRow.incident_id.in_(incident_ids)).group_by(OutboxRow.incident_id))}
 
-    def of_incidents(self, session: Session, incident_ids: list[int]) -> list[tuple[int, str, str | None]]:
-        """(incident_id, status, last_error) of the notifications of `incident_ids`, oldest first."""
+    def of_incidents(self, session: Session, incident_ids: list[int]) -> list[dict[str, Any]]:
+        """The notifications of `incident_ids` as the daemon stored them, oldest first: incident_id, kind,
+        channel, status, attempts, created_at, sent_at, next_attempt_at and last_error."""
         if not incident_ids:
             return []
-        return [tuple(r) for r in session.execute(select(OutboxRow.incident_id, OutboxRow.status, OutboxRow.last_error)
-                                                  .where(OutboxRow.incident_id.in_(incident_ids)).order_by(OutboxRow.id))]
+        columns = ("incident_id", "kind", "channel", "status", "attempts", "created_at", "sent_at",
+                   "next_attempt_at", "last_error")
+        rows = session.execute(select(*(getattr(OutboxRow, c) for c in columns))
+                               .where(OutboxRow.incident_id.in_(incident_ids)).order_by(OutboxRow.id))
+        return [dict(zip(columns, r, strict=True)) for r in rows]

@@ -41,21 +41,27 @@ def alerts_list(
     from monitor.alerts.alert import Alert
     from monitor.alerts.silence import muted_by
     from monitor.notify import undeliverable
+    from monitor.notify.outbox import UNDELIVERABLE
 
     cfg = load_config()
     names = {s.name for s in some_services(cfg, service)}
     store = open_store(cfg)
     clock = parse_now(now)
-    why = undeliverable(cfg)
+    here = undeliverable(cfg)  # this process's environment: a note, never what the daemon did
     with store.transaction() as session:
         rows = store.alerts.load(session, by_name=True)
         silences = store.silences.load(session, clock)
         incidents = store.incidents.load(session, service=service, status="open")
-        by_group = {i["fingerprint"]: i["id"] for i in incidents}
-        items = store.outbox.of_incidents(session, list(by_group.values()))
+        # Each group's newest incident, open or resolved: a resolved alert's resolve notice is shown too.
+        by_group: dict[str, dict] = {}
+        for i in store.incidents.load(session, service=service):
+            by_group.setdefault(i["fingerprint"], i)
+        items = store.outbox.of_incidents(session, [i["id"] for i in by_group.values()])
     outbox: dict[int, list] = {}
-    for incident_id, status, last_error in items:
-        outbox.setdefault(incident_id, []).append((status, last_error))
+    for item in items:
+        outbox.setdefault(item["incident_id"], []).append(item)
+    stored_why = sorted({i["last_error"].removeprefix(UNDELIVERABLE) for i in items
+                         if i["status"] == "pending" and (i["last_error"] or "").startswith(UNDELIVERABLE)})
     alerts = [Alert(r.fingerprint, dict(r.labels or {}), r.state, r.active_since, r.fired_at, r.resolved_at,
                     r.last_active_at, r.last_eval_at, dict(r.annotations or {})) for r in rows]
     firing = [a for a in alerts if a.state == "firing"]
@@ -69,11 +75,13 @@ def alerts_list(
                 "summary": (f"resolved ({a.annotations['resolution']}): " if a.state == "resolved"
                             and a.annotations.get("resolution") else "") + a.annotations.get("summary", ""),
                 "muted": muted_by(a, firing, silences, cfg.alerts, clock),
-                "delivery": _delivery(cfg, why, outbox.get(by_group.get(groups.get(a.fingerprint)), []))}
+                **_delivery(cfg, by_group.get(groups.get(a.fingerprint)), outbox)}
                for a in shown]
     if fmt != "table":
-        render(records, fmt, lambda: None, document={"alerts": records, "open_incidents": incidents,
-                                                     "notifications_undeliverable": why or None})
+        render(records, fmt, lambda: None, document={
+            "alerts": records, "open_incidents": incidents,
+            "notifications_undeliverable": "; ".join(stored_why) or None,
+            "undeliverable_from_here": here or None})
         return
     rows_shown = [{"state": r["state"], "alert": r["labels"].get("alertname", ""),
                    "labels": {k: v for k, v in r["labels"].items() if k != "alertname"}, "since": r["since"],
@@ -83,8 +91,11 @@ def alerts_list(
         # Columns most telling first: at 80 columns the last are left out and named, none is cut.
         out.print(table(pd.DataFrame(rows_shown), f"alerts ({len(shown)} shown, {len(incidents)} open incident(s))",
                         width=out.width, keep=("notified", "summary")))
-    if why:
-        err.print(f"[red]error:[/] notifications undeliverable: {escape(why)}", highlight=False)
+    if stored_why:
+        err.print(f"[red]error:[/] notifications undeliverable: {escape('; '.join(stored_why))}", highlight=False)
+    if here and here not in stored_why:
+        err.print(f"[yellow]note:[/] this shell could not send notifications itself ({escape(here)}); the "
+                  "notified column is what the daemon stored", highlight=False)
     if not shown:
         out.print("[green]no active alerts[/]")
 
@@ -100,20 +111,46 @@ def _severity(record: dict) -> tuple:
     return (STATE_RANK.get(record["state"], 4), SEVERITY_RANK.get(record["labels"].get("severity"), 3), -since)
 
 
-def _delivery(cfg, why: str, items: list[tuple[str, str | None]]) -> str:
-    """What became of an alert's notifications: its incident's outbox items (oldest first), or why none can
-    be sent."""
-    pending = sum(status == "pending" for status, _ in items)
-    if cfg.alerts.slack is None and cfg.alerts.alertmanager is None:
-        return "not configured"
-    if why:
-        return f"UNDELIVERABLE{f' ({pending} waiting)' if pending else ''}: {why}"
-    failed = [error for status, error in items if status == "failed"]
-    if failed:
-        return f"failed: {failed[-1] or 'error'}"
-    if pending:
-        return f"pending ({pending})"
-    return "sent" if items else "-"
+def _delivery(cfg, incident: dict | None, outbox: dict[int, list[dict]]) -> dict:
+    """What became of an alert's notifications, from its incident's outbox items as the daemon stored them
+    (never from this process's environment): `delivery`, one line, and `notifications`, each item."""
+    from monitor.notify.outbox import AMBIGUOUS, UNDELIVERABLE
+
+    items = outbox.get(incident["id"], []) if incident is not None else []
+    shown = [{"kind": i["kind"], "to": _destination(i, incident), "status": i["status"], "attempts": i["attempts"],
+              "created_at": i["created_at"], "sent_at": i["sent_at"],
+              "next_attempt_at": i["next_attempt_at"] if i["status"] == "pending" else None,
+              "error": i["last_error"]} for i in items]
+    if not items:
+        none = cfg.alerts.slack is None and cfg.alerts.alertmanager is None
+        return {"delivery": "not configured" if none else "-", "notifications": []}
+    pending = [i for i in items if i["status"] == "pending"]
+    failed = [i for i in items if i["status"] == "failed"]
+    undeliverable = [i for i in pending if (i["last_error"] or "").startswith(UNDELIVERABLE)]
+    to = ", ".join(dict.fromkeys(n["to"] for n in shown))
+    if undeliverable:
+        text = (f"UNDELIVERABLE ({len(pending)} waiting): "
+                + undeliverable[-1]["last_error"].removeprefix(UNDELIVERABLE))
+    elif failed:
+        text = f"failed to {_destination(failed[-1], incident)}: {failed[-1]['last_error'] or 'error'}"
+    elif any(i["attempts"] for i in pending):
+        retry = next(i for i in reversed(pending) if i["attempts"])
+        text = (f"retrying ({len(pending)} waiting, {retry['attempts']} attempts) to {to}: "
+                f"{(retry['last_error'] or 'error').removeprefix(AMBIGUOUS)}")
+    elif pending:
+        text = f"pending ({len(pending)}) to {to}"
+    else:
+        text = f"sent to {to}" + (f" ({len(items)} messages)" if len(items) > 1 else "")
+    return {"delivery": text, "notifications": shown}
+
+
+def _destination(item: dict, incident: dict | None) -> str:
+    """Where an outbox item goes: Alertmanager, or the Slack channel it was routed to."""
+    from monitor.alerts.group import ALERT
+
+    if item["kind"] == ALERT:
+        return "Alertmanager"
+    return item["channel"] or (incident or {}).get("channel") or "Slack"
 
 
 @silence_app.command("create")

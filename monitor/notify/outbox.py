@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=30)
 AMBIGUOUS = "ambiguous: "  # last_error prefix: the previous attempt may have reached Slack
+UNDELIVERABLE = "undeliverable: "  # last_error prefix of a waiting item: why its notifier could not send it
 SLACK_KINDS = ("post", "update", "reply", None)  # None: an item written before kinds were stored
 
 
@@ -114,8 +115,8 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
     `limit`, each through its notifier: Slack (post, update, reply) or Alertmanager (alert)."""
     now = utc(now)
     report = DrainReport(now=now.isoformat())
-    slack = _slack_sender(config, store, client, report)
-    pusher = _alertmanager_sender(config, store, report)
+    slack = _slack_sender(config, store, client, report, now)
+    pusher = _alertmanager_sender(config, store, report, now)
     if slack is None and pusher is None:
         return report
     if pusher is not None:
@@ -144,14 +145,14 @@ def drain(config: Config, store: Store, now: datetime, client=None, limit: int =
     return report
 
 
-def _slack_sender(config: Config, store: Store, client, report: DrainReport) -> SlackSender | None:
+def _slack_sender(config: Config, store: Store, client, report: DrainReport, now: datetime) -> SlackSender | None:
     if config.alerts.slack is None:
         if config.alerts.alertmanager is None:
             report.note = "no notifier (alerts.slack, alerts.alertmanager) is configured: nothing sent"
         return None
     why = _slack_undeliverable(config) if client is None else ""
     if why:
-        _loud(store, why, report)
+        _loud(store, why, report, now, slack=True)
         return None
     try:
         return sender_for(config, client)
@@ -160,24 +161,34 @@ def _slack_sender(config: Config, store: Store, client, report: DrainReport) -> 
         return None
 
 
-def _alertmanager_sender(config: Config, store: Store, report: DrainReport) -> AlertmanagerSender | None:
+def _alertmanager_sender(config: Config, store: Store, report: DrainReport,
+                         now: datetime) -> AlertmanagerSender | None:
     if config.alerts.alertmanager is None:
         return None
     why = alertmanager_undeliverable(config.alerts.alertmanager)
     if why:
-        _loud(store, why, report)
+        _loud(store, why, report, now, slack=False)
         return None
     return AlertmanagerSender(config.alerts.alertmanager)
 
 
-def _loud(store: Store, why: str, report: DrainReport) -> None:
+def _loud(store: Store, why: str, report: DrainReport, now: datetime, slack: bool) -> None:
     # Loud on every drain: the messages wait in the outbox, and nothing else would say why.
     with store.transaction() as session:
         pending = store.outbox.depth(session)
+        # Stored on each waiting message of this notifier (no attempt spent): `tailwatch alerts`, run where
+        # the secret is not, reports what this process found, not what its own environment holds.
+        for item_id, _, kind in store.outbox.due(session, now, UNDELIVERABLE_NOTED):
+            item = store.outbox.get(session, item_id)
+            if (kind != ALERT) == slack and not (item.last_error or "").startswith(AMBIGUOUS):
+                item.last_error = UNDELIVERABLE + why
     log.error("notifications undeliverable: %s; %d waiting in the outbox", why, pending,
               extra={"reason": why, "pending": pending})
     report.undeliverable = "; ".join(w for w in (report.undeliverable, why) if w)
     report.note = report.undeliverable
+
+
+UNDELIVERABLE_NOTED = 1000  # waiting messages a drain that cannot send marks with why, oldest first
 
 
 def _earlier_unsent(store: Store, incident_id: int, item_id: int) -> bool:
