@@ -13,7 +13,7 @@ from scipy.optimize import brentq
 
 from checks.base import Finding
 from checks.contract import Contract, Count, Share, declare
-from checks.quality import AVERAGES, WILSON, Measure
+from checks.quality import AVERAGES, FEEDBACK_MEAN, WILSON, Measure
 from checks.stats import Z95, bh, mover, wilson
 
 
@@ -100,12 +100,14 @@ def wilson_figure(metric: str, cls: str) -> bool:
 def _method(metric: str, cls: str, two: bool) -> str:
     if wilson_figure(metric, cls):
         return "newcombe" if two else "wilson"
+    if metric == FEEDBACK_MEAN:
+        return "mover-t" if two else "t"
     return "mover-bootstrap" if two else "bootstrap"
 
 
 def _bounds(figure: Finding | Measure, metric: str, cls: str):
     """The figure's two-sided interval as a function of z (z = 1.96: its 95% interval): Wilson's from its
-    count for a proportion, else its bootstrap interval's halves scaled by z / 1.96 (normal tails)."""
+    count for a proportion, else its bootstrap (or t) interval's halves scaled by z / 1.96 (normal tails)."""
     value, (lo, hi), n = figure.value, figure.interval, figure.n
     if wilson_figure(metric, cls) and n > 0:
         k = value * n  # the proportion's count (precision of the predicted, recall of the support, accuracy)

@@ -50,7 +50,8 @@ def _declare(name: str, family: str, unit: str, n_of: str, params: type, doc: st
 
 _declare("quality", "quality", "the metric's own (0..1; log loss in nats)", "labelled predictions", QualityThreshold,
          "Every metric (precision, recall, F1 per class and averaged, accuracy, ROC / PR AUC, log loss, "
-         "calibration error) of a labelled window per group, with n and a 95% interval.")
+         "calibration error) of a labelled window per group, with n and a 95% interval; for feedback labels "
+         "(quality.feedback), the thumbs-up rate or the mean score instead.")
 _declare("quality_estimate", "estimates", "the metric's own (0..1)", "scored predictions", QualityThreshold,
          "Precision, recall, F1 and accuracy estimated from calibrated scores before labels arrive (CBPE), "
          "with the reference's value as baseline and, once labels mature, the realized value.")
@@ -217,7 +218,31 @@ def _percentile(draws: list[np.ndarray], samples: int,
     return bounds
 
 
-WILSON = {"precision": "pred", "recall": "support", "accuracy": "n"}  # proportions: Wilson, of this count
+WILSON = {"precision": "pred", "recall": "support", "accuracy": "n", "feedback_rate": "n"}  # proportions: Wilson
+FEEDBACK_RATE, FEEDBACK_MEAN = "feedback_rate", "feedback_mean"
+
+
+def feedback_measure(values: np.ndarray, metric: str, bounds: tuple[float | None, float | None] = (None, None)
+                     ) -> Measure:
+    """Feedback on one slice, without predictions (class `all`): `feedback_rate`, the share of values 1
+    among values 1 and 0 (thumbs up / down) with a Wilson interval; `feedback_mean`, the mean of numeric
+    scores with a Student t 95% interval clipped to `bounds` (the scale's ends). Value None without any."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    n = len(v)
+    if metric == FEEDBACK_RATE:
+        k = int((v == 1).sum())
+        return Measure(FEEDBACK_RATE, "all", k / n if n else None, n, wilson(k, n) if n else None,
+                       {"positive": k, "negative": n - k})
+    if not n:
+        return Measure(FEEDBACK_MEAN, "all", None, 0)
+    mean, sd = float(v.mean()), float(v.std(ddof=1)) if n > 1 else math.nan
+    interval = None
+    if n > 1:
+        half = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+        lo, hi = bounds
+        interval = (max(mean - half, -math.inf if lo is None else lo), min(mean + half, math.inf if hi is None else hi))
+    return Measure(FEEDBACK_MEAN, "all", mean, n, interval, {"sd": sd})
 
 
 def measure(data: Labelled, positive: str | None, bins: int = 10, samples: int = 200,

@@ -13,6 +13,7 @@ from checks.catalog import thresholds
 from checks.rules import parse_objective
 from monitor.classes import class_name
 from monitor.config.crosscheck import cross_errors, cross_warnings, nearest
+from monitor.config.feedback import Feedback
 from monitor.config.fields import (
     Duration,
     Secret,
@@ -215,8 +216,8 @@ class QualityRule(StrictModel):
     of both the window's figure and its baseline's (see docs/quality.md)."""
 
     name: str | None = None
-    metric: Literal["precision", "recall", "f1", "accuracy", "roc_auc", "pr_auc"]
-    class_: str = Field("macro", alias="class")  # a class, `macro`, `weighted`, or `all` (accuracy)
+    metric: Literal["precision", "recall", "f1", "accuracy", "roc_auc", "pr_auc", "feedback_rate", "feedback_mean"]
+    class_: str = Field("macro", alias="class")  # a class, `macro`, `weighted`, or `all` (accuracy, feedback)
     group: str = "all"  # a group name, `all`, or `*` (every group: "each key group stays above its floor")
     max_drop: float | None = Field(None, ge=0)
     min: float | None = None
@@ -257,6 +258,12 @@ class Quality(StrictModel):
     bias_tolerance: float = Field(0.05, ge=0, le=1)  # labelled-share gap between predicted classes flagged
     retention: Duration = timedelta(days=35)  # scored predictions and labels kept; nightly looks this far back
     tick_windows: int = Field(12, ge=1)  # newest windows per length a tick re-scores; nightly does them all
+    feedback: Feedback | None = None  # labels are feedback (thumbs, scores), not classes: no prediction needed
+
+    @model_validator(mode="after")
+    def _feedback_rules(self) -> Quality:
+        rules = Feedback.checked_rules(self.feedback, self.rules)
+        return self if rules == self.rules else self.model_copy(update={"rules": rules})
 
     @field_validator("groups")
     @classmethod

@@ -98,17 +98,33 @@ def _plain(value):
     return value
 
 
+def feedback_scores(labels: pd.Series, feedback) -> np.ndarray:
+    """Each label's feedback score (a quality.feedback section): 1 for a positive label, 0 for a negative
+    one; or the number a numeric label holds, within the section's min and max. NaN for any other label."""
+    names = class_names(labels, []).to_numpy(dtype=object)
+    if feedback.positive:
+        positive, negative = set(feedback.positive), set(feedback.negative)
+        return np.array([1.0 if x in positive else 0.0 if x in negative else np.nan for x in names], dtype=float)
+    values = pd.to_numeric(pd.Series(names, dtype=object), errors="coerce").to_numpy(dtype=float)
+    lo = -np.inf if feedback.min is None else feedback.min
+    hi = np.inf if feedback.max is None else feedback.max
+    return np.where(np.isfinite(values) & (values >= lo) & (values <= hi), values, np.nan)
+
+
 def label_batch(accepted: pd.DataFrame, service: Service) -> LabelBatch:
     """Accepted label rows as dicts in arrival (line) order, labels as class names (monitor.classes); a
-    label that is not a declared class is refused as `unknown_label` (when classes are declared)."""
+    label that is not a declared class (or, for feedback labels, not one of the section's values) is
+    refused as `unknown_label`."""
     if accepted is None or accepted.empty:
         return LabelBatch([], [])
-    classes = set(service.schema_.classes)
+    feedback = service.quality.feedback if service.quality is not None else None
+    classes = set(service.schema_.classes) if feedback is None else set()
     rows, rejects = [], []
     has_ts = "label_ts" in accepted
-    names = class_names(accepted["label"], service.schema_.classes)
+    names = class_names(accepted["label"], service.schema_.classes if feedback is None else [])
+    known = np.ones(len(names), bool) if feedback is None else np.isfinite(feedback_scores(names, feedback))
     for i, (rid, label) in enumerate(zip(accepted["request_id"].astype(object), names, strict=True)):
-        if label is None or (classes and label not in classes):
+        if label is None or (classes and label not in classes) or not known[i]:
             reason = Reason.missing_field if label is None else Reason.unknown_label
             rejects.append(Reject(f"{accepted['_source'].iat[i]}:{accepted[LINE].iat[i]}", reason,
                                   excerpt(f'{{"request_id": "{rid}", "label": "{label}"}}'), "label"))

@@ -58,7 +58,7 @@ FEEDBACK_SHARE = 0.12  # completed requests whose user clicks thumbs up or down 
 FEEDBACK_MEDIAN_S, FEEDBACK_SIGMA = 900.0, 1.0  # ... this long after the answer (lognormal)
 REFERENCE_ROWS = 6000
 SLOW_LANG, SLOW_ACCEPT, TTFT_FACTOR = "de", 0.22, 1.4
-WORSE_LANG, WORSE_UP = "ja", 0.55
+WORSE_LANG, WORSE_UP = "ja", 0.45
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from checks.quality import (
     coverage_findings,
     estimate,
     estimate_findings,
+    feedback_measure,
     measure,
     probabilities,
     quality_findings,
@@ -37,7 +38,7 @@ from checks.quality import (
 )
 from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
-from monitor.ingest.labels import ALL_GROUP, attr_frame, groups
+from monitor.ingest.labels import ALL_GROUP, attr_frame, feedback_scores, groups
 from monitor.verdicts.accepted import AcceptedHistory, Figures, as_utc
 from monitor.verdicts.windows import floor_to
 from storage.store import Store
@@ -215,6 +216,8 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     if not rows:
         return []
     frame = _named(_frame(rows), service)
+    if q.feedback is not None:
+        return _feedback_window(service, frame, start, end, now, ref, accepted or {})
     classes = _classes(service, frame)
     if not classes:  # no declared classes and neither labels nor predictions name one: nothing to score
         return []
@@ -284,6 +287,40 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     out = [replace(w, findings=f) for w, f in zip(out, _control(out, q.fdr_q), strict=True)]
     out = _with_comparisons(service, out, frame, y_true, pred, proba, labelled, classes, positive, start, end)
     return out
+
+
+def _feedback_window(service: Service, frame: pd.DataFrame, start: datetime, end: datetime, now: datetime,
+                     ref: Reference, accepted: Figures) -> list[WindowQuality]:
+    """Feedback labels (quality.feedback) of one window per model version: label coverage always; once
+    matured, the feedback rate or mean per group and the acceptance rules on it. Without predictions there
+    is no estimate before labels, no label bias by predicted class and no version comparison."""
+    q = service.quality
+    attrs = pd.DataFrame.from_records([a or {} for a in frame["attrs"]], index=range(len(frame)))
+    masks = groups(attrs, service)
+    eligible = (frame["status"] == "ok").to_numpy() if not q.failed_as_miss else np.ones(len(frame), bool)
+    score = feedback_scores(frame["label"], q.feedback)
+    labelled = eligible & np.isfinite(score)
+    changes = pd.to_numeric(frame["changes"]).fillna(0).to_numpy()
+    out, measured = [], {}
+    for version in sorted(frame["model_version"].unique()):
+        v = (frame["model_version"] == version).to_numpy()
+        elig, lab = v & eligible, v & labelled
+        n_elig, n_lab = int(elig.sum()), int(lab.sum())
+        coverage = n_lab / n_elig if n_elig else 0.0
+        matured = n_elig > 0 and (coverage >= q.coverage_threshold or now >= end + q.maturity_horizon)
+        detail = {"failed_as_miss": q.failed_as_miss, "coverage": round(coverage, 6), "matured": matured,
+                  "label_changes": int(changes[lab].sum())}
+        findings = coverage_findings(np.full(n_elig, None, dtype=object), labelled[elig], (), q.min_n, detail)
+        for group, mask in masks.items() if matured else ():
+            m = feedback_measure(score[lab & mask], q.feedback.metric, (q.feedback.min, q.feedback.max))
+            qf = quality_findings([m], group, q.min_n, ref.values, {**detail, "group_n": m.n})
+            findings += qf
+            measured[(version, group)] = {(m.metric, m.cls): qf[0]}
+        out.append(WindowQuality(start, end, version, n_elig, n_lab, matured, findings))
+    for w in out:
+        if w.matured:
+            w.findings.extend(_acceptance(service, w.model_version, measured, masks, ref, accepted))
+    return [replace(w, findings=f) for w, f in zip(out, _control(out, q.fdr_q), strict=True)]
 
 
 def _acceptance(service: Service, version: str, measured: dict, masks: dict, ref: Reference,
@@ -413,6 +450,12 @@ def _reference(path: str, service: Service) -> Reference:
         return Reference({}, {})
     schema, q = service.schema_, service.quality
     frame = _named(frame, service)
+    if q.feedback is not None:  # the reference's feedback per group: the baseline of max_drop rules
+        score = feedback_scores(frame["label"], q.feedback)
+        ms = {(m.metric, m.cls, g): m for g, mask in groups(attr_frame(frame, service), service).items()
+              for m in [feedback_measure(score[mask], q.feedback.metric, (q.feedback.min, q.feedback.max))]
+              if m.value is not None}
+        return Reference({k: m.value for k, m in ms.items()}, {}, ms)
     classes = tuple(schema.classes) or tuple(sorted(frame["label"].dropna().unique()))
     y = frame["label"].where(frame["label"].notna(), "").to_numpy(dtype=object)
     calibrators = {}
