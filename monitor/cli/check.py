@@ -20,7 +20,8 @@ def check_logs(
 ) -> None:
     """Read a sample of each source as a tick would and say, per contract field, which column it is read
     from, an example and the shares missing or unreadable; per quarantine reason, the first offending field
-    and line. Writes nothing; exits 1 when a source would accept no row."""
+    and line. Writes nothing; exits 1 when a source would accept no row, or the config asks of the logs what
+    they do not hold (an error line says what)."""
     from monitor.ingest.sample import sample_service
 
     cfg = load_config()
@@ -30,7 +31,7 @@ def check_logs(
     clock = parse_now(now)
     samples = [s for svc in services for s in sample_service(svc, cfg.limits, clock, lines)]
     render([s.as_dict() for s in samples], fmt, lambda: [print_sample(sample) for sample in samples])
-    if not any(s.read for s in samples) or any(s.read and not s.accepted for s in samples):
+    if not any(s.read for s in samples) or any(s.read and not s.accepted or s.errors for s in samples):
         raise typer.Exit(1)
 
 
@@ -56,8 +57,12 @@ def print_sample(sample, console: Console = out) -> None:
     for f in sample.fields:
         if f.read_as is not None:
             console.print(Text(f"{f.field}: {f.example} is read as {f.read_as}"))
+    for line in sample.errors:
+        console.print(Text("error: ", style="bold red") + Text(line))
     for line in sample.warnings:
         console.print(Text("warning: ", style="bold red") + Text(line))
+    if sample.cursor is not None:
+        console.print(Text(f"{sample.cursor}: the cursor column (read to know where the next read starts)"))
     if sample.unused:
         console.print(Text(f"columns no field is read from: {', '.join(sample.unused)} (a contract field's column: "
                            "map it under `columns:`; a feature, segment or signal: name it under `schema`)",

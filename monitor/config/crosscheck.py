@@ -19,9 +19,10 @@ _KINDS = (RecordKind.predictions, RecordKind.timings, RecordKind.labels)
 
 
 def nearest(name: str, known: Iterable[str]) -> str:
-    """"; did you mean 'x'?" for the known name most like `name`, else ""."""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    """"; did you mean 'x'?" for the known name most like `name` (case aside), else ""."""
+    by_case = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(by_case), n=1, cutoff=0.6)
+    return f"; did you mean {by_case[close[0]]!r}?" if close else ""
 
 
 def length_groups(text: str, edges: list[float]) -> list[str]:

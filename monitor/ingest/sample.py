@@ -13,8 +13,9 @@ import pandas as pd
 import pyarrow as pa
 
 from monitor.aggregate.profile import Profile, profile_for
+from monitor.classes import class_name
 from monitor.config import FileSource, Limits, Service, SqlSource
-from monitor.contract import DURATIONS, FIELDS, REQUIRED, TIMESTAMPS, Reason, RecordKind
+from monitor.contract import DURATIONS, FIELDS, REQUIRED, STATUSES, TIMESTAMPS, Reason, RecordKind
 from monitor.ingest.accept import check_batch
 from monitor.ingest.labels import unmatched
 from monitor.ingest.quarantine import as_written, printable
@@ -72,12 +73,15 @@ class SourceSample:
     reasons: list[ReasonSample] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # columns seen that no field is read from
     warnings: list[str] = field(default_factory=list)  # what keeps rows out, and how to say what they are
+    errors: list[str] = field(default_factory=list)  # what the config asks of these logs that they cannot give
+    cursor: str | None = None  # a SQL source's cursor column: read to know where the next read starts
 
     def as_dict(self) -> dict:
         return {"service": self.service, "source": self.source, "where": self.where, "read": self.read,
                 "accepted": self.accepted, "quarantined": self.read - self.accepted,
                 "fields": [f.__dict__ for f in self.fields], "reasons": [r.__dict__ for r in self.reasons],
-                "unused_columns": self.unused, "warnings": self.warnings}
+                "unused_columns": self.unused, "cursor_column": self.cursor, "warnings": self.warnings,
+                "errors": self.errors}
 
 
 def sample_service(service: Service, limits: Limits, now: datetime, lines: int = SAMPLE_LINES) -> list[SourceSample]:
@@ -101,12 +105,15 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
     rejects = []
     converted = []  # accepted rows' times and durations, in the contract's units
     rows = []  # accepted prediction rows: their values are checked against the reference and the config
+    statuses: Counter = Counter()  # each status as written -> rows
     batches = reader.read({})
     try:
         for number, batch in enumerate(batches):
             for raw in (batch.table, batch.frame):
                 if raw is not None and (raw.num_rows if isinstance(raw, pa.Table) else len(raw)):
                     parsed += _look(raw, number, present, examples)
+                    if kind == RecordKind.predictions:
+                        statuses.update(_written(raw, column_of(source, "status")))
             ok, bad = check_batch(batch, kind, service.schema_, limits, now, source)
             read += batch.rows_read
             accepted += len(ok)
@@ -134,14 +141,17 @@ def sample_source(service: Service, kind: RecordKind, source: FileSource | SqlSo
         first = next(r for r in rejects if r.reason.value == reason)
         reasons.append(ReasonSample(reason, n, first.field, first.position,
                                     printable(first.raw if first.raw is not None else first.excerpt)))
-    used = {column_of(source, name) for name in names}
+    cursor = source.cursor_column if isinstance(source, SqlSource) else None
+    used = {column_of(source, name) for name in names} | {cursor}
     unused = [c for c in present if c not in used]
     where = str(source.path) if isinstance(source, FileSource) else source.table
     values = pd.concat(rows, ignore_index=True) if rows else None
     checked = (respelled_warnings(reference_profile(service), service.schema_, values)
                + unmatched(values, service, f"the logs' first {accepted:,} rows") if values is not None else [])
     return SourceSample(service.name, kind.value, where, read, accepted, fields, reasons, unused,
-                        _warnings(kind, source, read, fields) + _undeclared(kind, service, fields, unused) + checked)
+                        _warnings(kind, source, read, fields) + _unknown_statuses(source, statuses)
+                        + _undeclared(kind, service, fields, unused) + checked,
+                        _unscorable(kind, service, source, present, parsed), cursor)
 
 
 def log_rows(service: Service, limits: Limits, now: datetime, lines: int = SAMPLE_LINES) -> pd.DataFrame | None:
@@ -187,6 +197,51 @@ def respelled_warnings(profile: Profile | None, schema: Schema, rows: pd.DataFra
             out.append(f"field {name}: reference has {ours!r}, logs have {theirs!r}"
                        + (f" (list {name} under schema.fold_case to read them as one)" if case else ""))
     return out
+
+
+def _written(raw: pd.DataFrame | pa.Table, column: str) -> Counter:
+    """Rows per value (as text) of `column` in parsed rows; empty when they do not have it."""
+    names = raw.column_names if isinstance(raw, pa.Table) else list(raw.columns)
+    if column not in names:
+        return Counter()
+    values = raw[column].to_pandas() if isinstance(raw, pa.Table) else raw[column]
+    return Counter(str(v) for v in values.dropna().tolist())
+
+
+def _unknown_statuses(source: FileSource | SqlSource, written: Counter) -> list[str]:
+    """The statuses as written on more than one row (a service's own words, not a stray line) that no
+    `values:` map makes a contract status: each is quarantined as unknown_status, so the line names the
+    map that would read it."""
+    mapping = source.values.get("status", {})
+    meant = {v: mapping.get(class_name(v), v) for v in written}
+    unknown = {printable(v): n for v, n in written.items()
+               if n > 1 and meant[v] is not None and meant[v] not in STATUSES}
+    if not unknown:
+        return []
+    shown = ", ".join(f"{v!r} ({n:,} rows)" for v, n in sorted(unknown.items(), key=lambda vn: -vn[1])[:8])
+    first = max(unknown, key=unknown.get)
+    return [f"status {shown}: not a status ({', '.join(STATUSES)}), so quarantined as unknown_status; say what "
+            f"each means under sources.predictions.values.status (e.g. `values: {{status: {{{first}: ok}}}}`)"]
+
+
+def _unscorable(kind: RecordKind, service: Service, source: FileSource | SqlSource, present: Counter,
+                parsed: int) -> list[str]:
+    """A quality section scored on predictions whose logs hold no prediction and no score column: every
+    labelled request would count as a wrong prediction (accuracy 0), so no figure of it could be trusted."""
+    q = service.quality
+    if kind != RecordKind.predictions or q is None or not parsed or getattr(q, "feedback", None) is not None:
+        return []
+    schema = service.schema_
+    scores = [schema.score_column(c) for c in schema.classes] or [c for c in present if c.startswith("score_")]
+    if present[column_of(source, "prediction")] or any(present[c] for c in scores):
+        return []
+    column = column_of(source, "prediction")
+    feedback = ("; a feedback label (thumbs up / down, a score) is scored without one: quality.feedback"
+                if "feedback" in type(q).model_fields else "")
+    return [f"quality: the logs hold no prediction (column {column}) and no score column "
+            f"({', '.join(scores) or 'score_<class>'}) in {parsed:,} rows, so every labelled request would be "
+            f"scored as a wrong prediction. Map the column holding it under sources.predictions.columns "
+            f"(`prediction: <column>`){feedback}"]
 
 
 def _undeclared(kind: RecordKind, service: Service, fields: list[FieldSample], unused: list[str]) -> list[str]:
