@@ -221,7 +221,7 @@ def _unknown_statuses(source: FileSource | SqlSource, written: Counter) -> list[
     shown = ", ".join(f"{v!r} ({n:,} rows)" for v, n in sorted(unknown.items(), key=lambda vn: -vn[1])[:8])
     first = max(unknown, key=unknown.get)
     return [f"status {shown}: not a status ({', '.join(STATUSES)}), so quarantined as unknown_status; say what "
-            f"each means under sources.predictions.values.status (e.g. `values: {{status: {{{first}: ok}}}}`)"]
+            f"each means under sources.predictions.values.status (`values: {{status: {{{first}: <status>}}}}`)"]
 
 
 def _unscorable(kind: RecordKind, service: Service, source: FileSource | SqlSource, present: Counter,

@@ -152,7 +152,7 @@ def test_a_status_the_map_leaves_out_stays_quarantined_and_check_logs_names_it(t
     result = CliRunner().invoke(app, ["check-logs"], env={"COLUMNS": "200"})
     text = " ".join(result.output.split())
     assert f"status 'content_filter' ({filtered:,} rows): not a status" in text, result.output
-    assert "values: {status: {content_filter: ok}}" in text
+    assert "values: {status: {content_filter: <status>}}" in text
 
 
 def test_cancelled_and_truncated_rates_are_measured_and_compared_with_the_baseline(tmp_path):
