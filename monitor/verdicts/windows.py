@@ -138,15 +138,16 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
     checks' serving-history comparisons use instead of the trailing baseline. The windows are scored,
     and returned, in order of start (they share what they read).
 
-    A regression holds its own ground too: once a version's all-traffic window breaches, its later windows
-    of that length are compared with the history before that window, until one comes back clean (a
-    regression never becomes its own baseline before an incident holds it), whether the windows are scored
-    in one call (a backlog) or by successive ticks (the run is read from the stored findings)."""
+    A regression holds its own ground too: once a version's window of all traffic or of one segment
+    breaches, its later windows of that length and segment are compared with the history before that
+    window, until one comes back clean (a regression never becomes its own baseline before an incident
+    holds it), whether the windows are scored in one call (a backlog) or by successive ticks (the run is
+    read from the stored findings)."""
     anchors = anchors or Anchors()
     out: list[Scored] = []
     held, blocks, frozen = _Held(store, service), _Blocks(), _Frozen(store, service)
     served = accepted_history(store, service, accepted) if accepted is not None else None
-    breached: dict[tuple[str, timedelta], datetime] = {}  # (version, length) -> its first breaching window
+    breached: dict[tuple[str, timedelta, str], datetime] = {}  # (version, length, segment) -> first breach
     if not windows:
         return out
     regressions = _Regressions(store, service, min(baseline_ranges(s, e, baseline_kind, anchors.lag)[0][0]
@@ -165,12 +166,12 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 window[(row[1], row[2])].append(row)
             elif any(a <= row[0] < b for a, b in ranges) and not regressions.holds(row, end - start):
                 baseline[(row[1], row[2])].append(row)
-        clean: dict[str, bool] = {}
+        clean: dict[tuple[str, str], bool] = {}
         for (version, segment), parts in sorted(window.items()):
             merged = _clumps(parts, blocks.merge(parts, [(start, end)]))
             ends = anchors.anchors_of(version, start, end - start)
-            key = (version, end - start)
-            if key not in breached and (run := regressions.first(version, start, end - start)) is not None:
+            key = (version, end - start, segment)
+            if key not in breached and (run := regressions.first(version, start, end - start, segment)) is not None:
                 breached[key] = run
             provisional = breached.get(key)
             if provisional is not None:
@@ -203,14 +204,14 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 findings = [_with_segment(f, segment) for f in findings]
             if segment == ALL:
                 findings = _shifted_from_history(findings, merged, profile, base, params)
-                clean[version] = not any(f.status == "breach" and f.check in HOLDING_CHECKS for f in findings)
+            clean[(version, segment)] = not any(f.status == "breach" and f.check in HOLDING_CHECKS for f in findings)
             out.append(Scored(start, end, version, segment, merged.rows, findings))
-        for version, ok in clean.items():
-            regressions.scored(version, start, end, breach=not ok)
+        for (version, segment), ok in clean.items():
+            regressions.scored(version, start, end, segment, breach=not ok)
             if ok:
-                breached.pop((version, end - start), None)
+                breached.pop((version, end - start, segment), None)
             else:
-                breached.setdefault((version, end - start), start)
+                breached.setdefault((version, end - start, segment), start)
     return out
 
 
@@ -218,48 +219,50 @@ _Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segmen
 
 
 class _Regressions:
-    """The all-traffic windows that breached, per version and length: stored by earlier ticks in
-    [since, until), then as this score() call scores them. A run of them that earlier ticks scored holds
-    the baseline at its first (`first`); their buckets are no baseline (`holds`): once a fault
-    ends, the history it left behind would make the traffic that came back look like a regression (a
-    rollback's healthy predictions drifting from a day that held the fault's)."""
+    """The windows that breached, per version, length and segment (ALL: all traffic): stored by earlier
+    ticks in [since, until), then as this score() call scores them. A run of them that earlier ticks
+    scored holds the baseline at its first (`first`); their buckets are no baseline of their segment
+    (`holds`): once a fault ends, the history it left behind would make the traffic that came back look
+    like a regression (a rollback's healthy predictions drifting from a day that held the fault's), and
+    one segment's slowdown would become its own baseline within the day."""
 
     def __init__(self, store: Store, service: str, since: datetime, until: datetime) -> None:
         with store.transaction() as session:
             found = store.findings.load(session, service, since=since, until=until, status="breach")
-        self.starts: dict[tuple[str, timedelta], set[datetime]] = defaultdict(set)
+        self.starts: dict[tuple[str, timedelta, str], set[datetime]] = defaultdict(set)
         for f in found:
-            if f["check"] in HOLDING_CHECKS and "segment" not in (f["labels"] or {}):
-                self.starts[(f["model_version"], f["window_end"] - f["window_start"])].add(f["window_start"])
-        self.asked: set[tuple[str, timedelta]] = set()
+            if f["check"] in HOLDING_CHECKS:
+                segment = str((f["labels"] or {}).get("segment", ALL))
+                self.starts[(f["model_version"], f["window_end"] - f["window_start"], segment)].add(f["window_start"])
+        self.asked: set[tuple[str, timedelta, str]] = set()
 
-    def first(self, version: str, start: datetime, size: timedelta) -> datetime | None:
-        """The first window of the unbroken run of stored breaching windows of `version` and length `size`
-        that ends at `start` (RUN_LOOKBACK back at most); None when the window before `start` did not
-        breach, or on a later call for the same version and length (the call's own windows carry the run
-        on from there)."""
-        if (version, size) in self.asked:
+    def first(self, version: str, start: datetime, size: timedelta, segment: str = ALL) -> datetime | None:
+        """The first window of the unbroken run of stored breaching windows of `version`, length `size` and
+        `segment` that ends at `start` (RUN_LOOKBACK back at most); None when the window before `start` did
+        not breach, or on a later call for the same version, length and segment (the call's own windows
+        carry the run on from there)."""
+        if (version, size, segment) in self.asked:
             return None
-        self.asked.add((version, size))
+        self.asked.add((version, size, segment))
         # Asked at the version's first window of that length, before this call scored any of them: only
         # earlier ticks' breaches are in `starts` before `start`.
-        starts, limit, first = self.starts.get((version, size), set()), start - RUN_LOOKBACK, None
+        starts, limit, first = self.starts.get((version, size, segment), set()), start - RUN_LOOKBACK, None
         while start - size >= limit and start - size in starts:
             first = start = start - size
         return first
 
-    def scored(self, version: str, start: datetime, end: datetime, *, breach: bool) -> None:
-        """Record this call's score of `version`'s all-traffic window [start, end) (a re-score replaces a
+    def scored(self, version: str, start: datetime, end: datetime, segment: str, *, breach: bool) -> None:
+        """Record this call's score of `version`'s window [start, end) of `segment` (a re-score replaces a
         stored one)."""
-        starts = self.starts[(version, end - start)]
+        starts = self.starts[(version, end - start, segment)]
         if breach:
             starts.add(start)
         else:
             starts.discard(start)
 
     def holds(self, row: _Row, size: timedelta) -> bool:
-        """Whether the bucket `row` lies in a breaching window of length `size` of its version."""
-        starts = self.starts.get((row[1], size))
+        """Whether the bucket `row` lies in a breaching window of length `size` of its version and segment."""
+        starts = self.starts.get((row[1], size, row[2]))
         return bool(starts) and floor_to(row[0], size) in starts
 
 

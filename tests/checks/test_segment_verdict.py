@@ -124,3 +124,42 @@ def test_tailwatch_verdict_says_the_open_incident_while_a_window_is_healthy(tmp_
              text_string_to_metric_families(text) for s in family.samples if s.name == "tailwatch_verdict"}
     assert shown[("llm-7b", "slower")] == 1 and shown[("llm-7b", "healthy")] == 0
     assert shown[("llm-13b", "healthy")] == 1  # another version's window says what it says
+
+
+def test_one_segments_slowdown_never_becomes_its_own_baseline(store):
+    """Twelve hours of `lang=de` (a tenth of the traffic) 1.6x slower, all traffic under the 1.5x a breach
+    needs, scored in one call (a backlog, before any incident holds the baseline): each of de's windows is
+    compared with its history before the first of them, so the last still breaches, where a trailing day
+    holding eleven slow hours would call it ok."""
+    import numpy as np
+    import pandas as pd
+
+    from monitor.aggregate.fold import fold
+    from monitor.aggregate.partial import merge_bytes
+    from monitor.verdicts.windows import score
+
+    hour, start = timedelta(hours=1), datetime(2026, 3, 8, tzinfo=UTC)
+    rng = np.random.default_rng(5)
+    frames = []
+    for h in range(15):
+        for lang, n in (("en", 600), ("de", 60)):
+            slow = 1.6 if lang == "de" and h >= 3 else 1.0
+            frames.append(pd.DataFrame({
+                "request_id": [f"{h}-{lang}-{i}" for i in range(n)],
+                "ts": pd.Timestamp(start + h * hour) + pd.to_timedelta(np.linspace(0, 3599, n), unit="s"),
+                "model_version": "v1", "status": "ok", "joined": True, "stage_rows": 1, "lang": lang,
+                "latency_ms": 200.0 * slow * rng.lognormal(0, 0.2, n)}))
+    rows = fold(pd.concat(frames, ignore_index=True), hour, ["lang"], timed=False)
+    with store.transaction() as session:
+        store.partials.upsert(session, "gen", rows, merge_bytes)
+    windows = [(start + h * hour, start + (h + 1) * hour) for h in range(3, 15)]
+    scored = score(store, "gen", None, windows)
+
+    def p50(segment: str, at: datetime):
+        s = next(s for s in scored if s.segment == segment and s.start == at)
+        return next(f for f in s.findings if f.labels.get("stage") == "total" and f.labels.get("quantile") == "p50")
+
+    for lo, hi in windows:
+        de = p50("lang=de", lo)
+        assert de.status == "breach" and de.baseline == pytest.approx(200, rel=0.1), (lo, de.value, de.baseline)
+        assert p50("lang=en", lo).status == p50("", lo).status == "ok"
