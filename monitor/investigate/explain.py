@@ -437,9 +437,14 @@ def render(result: Explanation, console: Console) -> None:
     """The explanation as panels and tables a person reads top to bottom."""
     inc = result.incident
     named = result.named
-    summary = result.summary.removeprefix(f"{result.verdict}: ")
+    # The summary names the verdict first (`slower for segment lang=de: ...`, `worse (estimated): ...`):
+    # said once, in bold.
+    summary = result.summary
+    rest = summary[len(result.verdict):] if summary.startswith(result.verdict) else None
+    headline = (f"[bold]{result.verdict}[/]{escape(rest)}" if rest is not None and rest[:1] in (" ", ":", "")
+                else f"[bold]{result.verdict}[/] — {escape(summary)}")
     # Markup only where written here: versions, stages, segments, classes and groups come from the logs.
-    lines = [f"[bold]{result.verdict}[/] — {escape(summary)}",
+    lines = [headline,
              f"incident {inc['id']} ({inc['status']}), model version {escape(str(inc.get('model_version') or '-'))}, "
              f"windows {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC",
              "verdicts of its windows: " + (", ".join(f"{k} x{v}" for k, v in result.verdicts.items()) or "none stored")]
