@@ -1,9 +1,12 @@
 """Plotly figures as plain JSON-ready dicts (data, layout): drawn in the browser by the plotly.js that the
-`plotly` package bundles, so the pages need no network. Every axis names its unit; times are UTC."""
+`plotly` package bundles, so the pages need no network. Every axis names its unit; times are UTC. Numbers are
+written in plain decimals (axes and hover text alike), never in scientific notation. A figure's title is in
+its layout for whoever reads the JSON; the pages write it as a heading above the chart, clear of plotly's
+toolbar."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,13 +19,23 @@ COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff
 INCIDENT_FILL = "rgba(228, 87, 86, 0.15)"
 TIME_AXIS = {"type": "date", "title": {"text": "time (UTC)", "standoff": 8}, "tickformat": "%H:%M<br>%b %d",
              "tickangle": 0, "nticks": 6, "automargin": True}
+# A numeric axis's ticks in plain decimals with thousands separated (plotly's default writes 1e-5 and 2B).
+PLAIN = {"exponentformat": "none", "separatethousands": True}
+# Hover text of a figure in its own unit: 3 significant digits in plain decimals (d3-format `r`).
+DIGITS = ",.3~r"
+# Room above the plot for plotly's toolbar (px), so it covers neither the plot's title nor its data.
+TOOLBAR = 32
+
+
+def _axis(axis: dict[str, Any]) -> dict[str, Any]:
+    return axis if axis.get("type") in ("date", "category") else {**PLAIN, **axis}
 
 
 def _layout(title: str, yaxis: dict[str, Any], xaxis: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"title": {"text": title, "font": {"size": 14}}, "xaxis": xaxis or dict(TIME_AXIS),
-            "yaxis": {"automargin": True, **yaxis}, "margin": {"l": 16, "r": 16, "t": 40, "b": 16}, "height": 360,
-            "autosize": True, "legend": {"orientation": "h", "yanchor": "top", "y": -0.35},
-            "hovermode": "x unified", **extra}
+    return {"title": {"text": title, "font": {"size": 14}}, "xaxis": _axis(xaxis or dict(TIME_AXIS)),
+            "yaxis": _axis({"automargin": True, **yaxis}), "margin": {"l": 16, "r": 16, "t": TOOLBAR, "b": 16},
+            "height": 360, "autosize": True, "legend": {"orientation": "h", "yanchor": "top", "y": -0.35},
+            "hovermode": "x unified", **{k: _axis(v) if k.startswith("yaxis") else v for k, v in extra.items()}}
 
 
 def _times(values: Iterable[Any]) -> list[Any]:
@@ -31,6 +44,14 @@ def _times(values: Iterable[Any]) -> list[Any]:
 
 def _values(values: Iterable[Any]) -> list[Any]:
     return [jsonable(v) for v in values]
+
+
+def ranged(figure: dict[str, Any] | None, since: datetime, until: datetime) -> dict[str, Any] | None:
+    """`figure` (a time chart, or None) with its time axis fixed to [since, until): the range the page
+    shows, whether or not its data reaches either end."""
+    if figure is not None:
+        figure["layout"]["xaxis"] = {**figure["layout"]["xaxis"], "range": [jsonable(since), jsonable(until)]}
+    return figure
 
 
 def spans(incidents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -56,7 +77,7 @@ def stage_lines(metrics: pd.DataFrame, quantile: str, shapes: list[dict[str, Any
         data.append({"type": "scatter", "mode": "lines+markers", "name": stage, "x": _times(frame["period_start"]),
                      "y": _values(frame[f"{stage}_{quantile}_ms"]), "marker": {"size": 4},
                      "line": {"color": COLORS[i % len(COLORS)], "width": 3 if stage == "total" else 1.5},
-                     "hovertemplate": "%{y:.3g} ms"})
+                     "hovertemplate": f"%{{y:{DIGITS}}} ms"})
     return {"data": data, "layout": _layout(title, {"title": {"text": f"{quantile} latency (ms)"},
                                                      "rangemode": "tozero"}, shapes=shapes)}
 
@@ -108,18 +129,44 @@ def drift(findings: pd.DataFrame, shapes: list[dict[str, Any]]) -> dict[str, Any
                                             shapes=[*shapes, guide])}
 
 
-def quality_lines(findings: pd.DataFrame, shapes: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Matured quality per metric and class over time (all traffic), from the label-quality findings."""
+def quality_lines(findings: pd.DataFrame, shapes: list[dict[str, Any]],
+                  wanted: Collection[tuple[str, str]] = ()) -> dict[str, Any] | None:
+    """Matured quality over time, all traffic (group `all`), one line per model version, metric and class,
+    from the label-quality findings of the shortest quality window; only the (metric, class) pairs in
+    `wanted` when given (the acceptance rules'). None when no window is scored."""
     rows = findings[(findings["check"] == "quality") & findings["value"].notna()]
-    rows = rows[[not (lab or {}).get("group") for lab in rows["labels"]]]
+    keep = [(lab or {}).get("group", "all") == "all"
+            and (not wanted or ((lab or {}).get("metric"), (lab or {}).get("class")) in wanted) for lab in rows["labels"]]
+    rows = rows[pd.Series(keep, index=rows.index, dtype=bool)]
     if rows.empty:
         return None
-    rows = rows.assign(name=[f"{lab.get('metric', '?')} {lab.get('class', '')}".strip() for lab in rows["labels"]])
+    rows = rows[(rows["window_end"] - rows["window_start"]) == (rows["window_end"] - rows["window_start"]).min()]
+    rows = rows.assign(name=[f"{v or '-'} {lab.get('metric', '?')} {lab.get('class', '')}".strip()
+                             for v, lab in zip(rows["model_version"], rows["labels"], strict=True)])
     data = [{"type": "scatter", "mode": "lines+markers", "name": name, "x": _times(part["window_start"]),
-             "y": _values(part["value"]), "hovertemplate": "%{y:.3f}"} for name, part in rows.groupby("name")]
+             "y": _values(part["value"]), "customdata": _values(part["n"]), "marker": {"size": 5},
+             "line": {"color": COLORS[i % len(COLORS)]}, "hovertemplate": "%{y:.3f} (n=%{customdata:,})"}
+            for i, (name, part) in enumerate(rows.sort_values("window_start").groupby("name"))]
     return {"data": data, "layout": _layout("Matured quality (labelled windows)",
                                             {"title": {"text": "metric value (0..1)"}, "range": [0, 1.02]},
                                             shapes=shapes)}
+
+
+def signal_lines(metrics: pd.DataFrame, signal: str, shapes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A declared service signal's mean and p95 over time (in the unit it is logged in), all versions
+    together; None when no period holds it."""
+    columns = [c for c in (f"{signal}_mean", f"{signal}_p95") if c in metrics]
+    if not columns or metrics[columns].isna().all().all():
+        return None
+    data = []
+    for i, column in enumerate(columns):
+        frame = metrics.dropna(subset=[column])
+        data.append({"type": "scatter", "mode": "lines+markers", "name": column.rsplit("_", 1)[1],
+                     "x": _times(frame["period_start"]), "y": _values(frame[column]), "marker": {"size": 4},
+                     "line": {"color": COLORS[i % len(COLORS)], "width": 2.5 if i == 0 else 1.5},
+                     "hovertemplate": f"%{{y:{DIGITS}}}"})
+    return {"data": data, "layout": _layout(f"Signal {signal}: mean and p95",
+                                            {"title": {"text": f"{signal} (as logged)"}}, shapes=shapes)}
 
 
 def stacked_stages(before: dict[str, float], during: dict[str, float]) -> dict[str, Any]:
@@ -160,7 +207,8 @@ def histogram(field: str, detail: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def intervals(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """Quality per class and group: the value with its interval, and the accepted (baseline) value as a marker."""
+    """Quality per rule, class and group: the value with its 95% interval, the accepted version's (or the
+    reference's) value and, for an acceptance rule, its floor as markers; values 0..1."""
     rows = [r for r in rows if r.get("value") is not None]
     if not rows:
         return None
@@ -169,11 +217,16 @@ def intervals(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     high = [max(r["interval"][1] - r["value"], 0) if r.get("interval") else 0 for r in rows]
     data = [{"type": "scatter", "mode": "markers", "name": "during (95% interval)", "y": names,
              "x": [r["value"] for r in rows], "error_x": {"type": "data", "array": high, "arrayminus": low},
-             "hovertemplate": "%{x:.3f}"},
+             "marker": {"size": 9, "color": COLORS[3]}, "hovertemplate": "%{x:.3f}"},
             {"type": "scatter", "mode": "markers", "name": "accepted version", "y": names,
-             "x": [r.get("baseline") for r in rows], "marker": {"symbol": "line-ns-open", "size": 16},
-             "hovertemplate": "%{x:.3f}"}]
-    return {"data": data, "layout": _layout("Quality per class and group", {"type": "category", "automargin": True},
+             "x": [r.get("baseline") for r in rows], "marker": {"symbol": "line-ns-open", "size": 16,
+                                                               "color": COLORS[0]}, "hovertemplate": "%{x:.3f}"}]
+    if any(r.get("floor") is not None for r in rows):
+        data.append({"type": "scatter", "mode": "markers", "name": "floor", "y": names,
+                     "x": [r.get("floor") for r in rows], "marker": {"symbol": "triangle-right", "size": 10,
+                                                                    "color": "grey"}, "hovertemplate": "%{x:.3f}"})
+    return {"data": data, "layout": _layout("Quality per rule, class and group",
+                                            {"type": "category", "automargin": True, "autorange": "reversed"},
                                             {"title": {"text": "metric value (0..1)"}, "range": [0, 1.02], "automargin": True},
                                             hovermode="closest", height=max(220, 40 * len(rows) + 120))}
 

@@ -5,6 +5,7 @@ when its address is known, else names the other pages as plain text."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from functools import cache
@@ -23,6 +24,7 @@ STATIC = {"ui.css": (HERE / "static" / "ui.css", "text/css"), "ui.js": (HERE / "
 # What would end an inline <script> or <style> element early: `<\/` reads the same inside a JS string,
 # regular expression or comment, and CSS holds no such text outside a string.
 _CLOSING = re.compile(r"</(script|style)", re.I)
+DECIMALS = 6  # the most decimals a figure is written with
 
 
 def _utc(value: Any, seconds: bool = False) -> str:
@@ -31,11 +33,26 @@ def _utc(value: Any, seconds: bool = False) -> str:
     return f"{pd.Timestamp(value).tz_convert('UTC'):%Y-%m-%d %H:%M{':%S' if seconds else ''}} UTC"
 
 
+def plain(value: float, digits: int = 3) -> str:
+    """`value` to `digits` significant digits in plain decimals, never in scientific notation: thousands
+    separated, at most DECIMALS decimals (a smaller magnitude reads "< 0.000001")."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = min(max(digits - 1 - magnitude, 0), DECIMALS)
+    text = f"{value:,.{decimals}f}"
+    if decimals and "." in text:
+        text = text.rstrip("0").rstrip(".")
+    if text.lstrip("-") in ("0", ""):
+        return f"{'> -' if value < 0 else '< '}{10.0 ** -DECIMALS:.{DECIMALS}f}"
+    return text
+
+
 def _num(value: Any, unit: str = "", digits: int = 3) -> str:
     if value is None or isinstance(value, float) and pd.isna(value):
         return "-"
-    if isinstance(value, int | float):
-        return f"{value:.{digits}g}{' ' + unit if unit else ''}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{plain(float(value), digits)}{' ' + unit if unit else ''}"
     return str(value)
 
 

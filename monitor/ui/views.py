@@ -13,11 +13,12 @@ from urllib.parse import quote, urlencode
 
 import pandas as pd
 
+from checks.catalog import family_of
 from monitor.aggregate.keys import STAGE_PREFIX
 from monitor.alerts.alert import SEVERITY_RANK
 from monitor.config import Config, Service
 from monitor.investigate import history, query
-from monitor.investigate.explain import BEFORE, QUALITY_CHECKS, explain
+from monitor.investigate.explain import BEFORE, LABEL_WINDOW_MAX, QUALITY_CHECKS, explain
 from monitor.investigate.logs import LogsError, drill
 from monitor.investigate.query import jsonable, why
 from monitor.ui import figures
@@ -29,6 +30,17 @@ CONTEXT = timedelta(hours=3)  # shown before an incident's first window on its t
 RECENT = 200  # incidents listed at most
 EXCERPTS = 5  # latest quarantined lines shown per reason
 DRIFT_CHECKS = ("drift", "prediction_drift")
+# The incident page's sections in their order after the one that leads, and the one each verdict leads with.
+SECTIONS = ("latency", "cache", "inputs", "quality")
+LEAD = {"worse": "quality", "slower": "latency", "drift": "inputs", "no_data": "latency"}
+# The section of the service overview each of its charts belongs to.
+CHART_SECTION = {"latency": "latency", "traffic": "latency", "signal": "latency", "cache": "cache",
+                 "drift": "inputs", "quality": "quality"}
+# The section that shows each family of checks' evidence (for a `both` verdict's lead).
+SECTION_OF = {"quality": "quality", "estimates": "quality", "versions": "quality", "labels": "quality",
+              "latency": "latency", "slo": "latency", "signals": "latency", "routing": "latency", "cache": "cache",
+              "drift": "inputs", "predictions": "inputs", "ranges": "inputs", "completeness": "inputs",
+              "lengths": "inputs", "vocabulary": "inputs"}
 
 
 class NotFound(LookupError):
@@ -102,10 +114,16 @@ def _start(inc: dict[str, Any]) -> datetime:
 
 
 def _end(inc: dict[str, Any], now: datetime) -> datetime:
-    for value in (inc.get("resolved_at"), inc.get("last_window_end")):
-        if value is not None and not pd.isna(value):
-            return pd.Timestamp(value).to_pydatetime()
-    return now
+    """Where an incident's span ends on a page: an open one runs to `now` (its service's last tick), a
+    resolved one to its resolution (else its last window)."""
+    last = inc.get("last_window_end")
+    last = None if last is None or pd.isna(last) else pd.Timestamp(last).to_pydatetime()
+    if inc.get("status") == "open":
+        return max(now, last) if last is not None else now
+    resolved = inc.get("resolved_at")
+    if resolved is not None and not pd.isna(resolved):
+        return pd.Timestamp(resolved).to_pydatetime()
+    return last or now
 
 
 def _summary(inc: dict[str, Any]) -> dict[str, Any]:
@@ -161,36 +179,111 @@ def _incident(cfg: Config, store: Store, incident_id: int) -> tuple[dict[str, An
 
 
 def incident(cfg: Config, store: Store, incident_id: int, now: datetime) -> dict[str, Any]:
-    """Everything the incident page shows: explain's answer, the figures and the links to filtered views."""
+    """Everything the incident page shows: explain's answer, the figures and the links to filtered views,
+    its sections in `order` (the cause first). An open incident's charts run to its service's last tick
+    (`now` without one), a resolved one's an hour past its end."""
     inc, svc = _incident(cfg, store, incident_id)
+    clock = last_tick(store, svc.name, now)
     groups = svc.quality.groups if svc.quality is not None else {}
-    result = explain(store, svc.name, incident_id, now=now, groups=groups)
+    result = explain(store, svc.name, incident_id, now=clock, groups=groups)
     first, last = result.window
+    end = _end(inc, clock) if inc.get("status") == "open" else last
+    until = end if inc.get("status") == "open" else last + timedelta(hours=1)
     version = inc.get("model_version")
     before_part, during_part = result.spans  # explain read them: the same partials, not read twice
     rates = [history.partial_metrics(p) if p is not None else {} for p in (before_part, during_part)]
 
     with store.transaction() as session:
         versions = [v for v in store.versions.load(session, svc.name)
-                    if first - CONTEXT <= v["first_seen"] < last + timedelta(hours=1)]
-    shapes = figures.spans([{"start": first, "end": last, "name": "incident"}])
+                    if first - CONTEXT <= v["first_seen"] < until]
+    shapes = figures.spans([{"start": first, "end": end, "name": "incident"}])
     shapes.append(figures.vertical(first, "onset", "#e45756"))
     shapes += [figures.vertical(v["first_seen"], f"{v['kind']} {v['value']}", "#4c78a8", "dash") for v in versions]
-    step = _step(last + timedelta(hours=1) - (first - CONTEXT))
-    metrics = history.metrics(store, svc.name, since=first - CONTEXT, until=last + timedelta(hours=1), every=step,
-                              group_by=())
-    charts = {"timeline": figures.stage_lines(metrics, "p95", shapes, "p95 latency per stage, incident shaded")
-              if len(metrics) else None,
+    step = _step(until - (first - CONTEXT))
+    metrics = history.metrics(store, svc.name, since=first - CONTEXT, until=until, every=step, group_by=())
+    rules = rule_rows(store, svc.name, version, first, end)
+    wanted = {(r["metric"], r["class"]) for r in rules}
+    labelled = query.findings(store, svc.name, since=first - CONTEXT - LABEL_WINDOW_MAX, until=until,
+                              check="quality", segment="all")
+    labelled = labelled[labelled["window_end"] > pd.Timestamp(first - CONTEXT)]
+    shown = (first - CONTEXT, until)
+    charts = {"timeline": figures.ranged(figures.stage_lines(metrics, "p95", shapes, "p95 latency per stage, "
+                                                             "incident shaded"), *shown) if len(metrics) else None,
               "stages": figures.stacked_stages(stage_means(before_part), stage_means(during_part))
               if before_part is not None and during_part is not None else None,
               "failures": figures.failure_bars(*rates) if all(rates) else None,
-              "quality": figures.intervals(_quality_rows(result.affected))}
+              "quality": figures.intervals(rules or _quality_rows(result.affected)),
+              "quality_lines": figures.ranged(figures.quality_lines(labelled, shapes, wanted), *shown),
+              "signals": [figures.ranged(f, *shown) for f in (figures.signal_lines(metrics, s, shapes)
+                                                             for s in svc.schema_.signals) if f]}
     return {"incident": inc, "service": svc.name, "explanation": result, "why": why(inc),
             "severity": _summary(inc).get("severity"), "slack": slack_link(inc), "charts": charts,
+            "rules": rules, "until": end, "order": order(result.verdict, result.evidence),
             "histograms": _histograms(store, svc.name, result, version),
             "changes": [{"kind": v["kind"], "value": v["value"], "first_seen": v["first_seen"]} for v in versions],
             "rollback": _rollback(store, svc.name, incident_id),
-            "next": next_links(svc.name, incident_id, version, first, last, result.named)}
+            "next": next_links(svc.name, incident_id, version, first, end, result.named)}
+
+
+def order(verdict: str, evidence: list[dict[str, Any]]) -> list[str]:
+    """The incident page's sections, the cause first: quality for `worse`, the drifting inputs for `drift`,
+    latency for `slower`; for `both`, the section of its strongest evidence (explain ranks it first)."""
+    lead = LEAD.get(verdict)
+    if lead is None:
+        lead = next((SECTION_OF[f] for f in (family_of(str(e.get("check"))) for e in evidence) if f in SECTION_OF),
+                    "latency")
+    return [lead, *(s for s in SECTIONS if s != lead)]
+
+
+def rule_rows(store: Store, service: str, version: str | None, first: datetime, end: datetime
+              ) -> list[dict[str, Any]]:
+    """Each acceptance rule and group scored on the incident's version in windows overlapping [first, end):
+    the figure of its latest breaching window (else its latest; the larger n of two ending together), against the rule's floor and the accepted
+    version's (or the reference's) figure, with that window's n and 95% interval; breaching rules first."""
+    found = query.findings(store, service, since=first - LABEL_WINDOW_MAX, until=end, model_version=version,
+                           check="acceptance", detail=True)
+    found = found[found["window_end"] > pd.Timestamp(first)] if len(found) else found
+    rows = []
+    # One row per rule and group, over every window length the quality section scores.
+    found = found.assign(key=[((lab or {}).get("rule"), (lab or {}).get("group")) for lab in found["labels"]])
+    for _, part in found.sort_values(["window_end", "n"]).groupby("key", sort=False):
+        breached = part[part["status"] == "breach"]
+        shown = (breached if len(breached) else part).iloc[-1]
+        labels, detail = shown["labels"] or {}, shown["detail"] or {}
+        interval = None if pd.isna(shown["interval_low"]) else [float(shown["interval_low"]),
+                                                                float(shown["interval_high"])]
+        row = {"rule": labels.get("rule"), "metric": labels.get("metric"), "class": labels.get("class"),
+               "group": labels.get("group", "all"), "value": jsonable(shown["value"]),
+               # A max_drop rule's floor under a figure near 0 is below 0: no 0..1 figure can be there.
+               "floor": None if detail.get("floor") is None else min(max(float(detail["floor"]), 0.0), 1.0), "min": detail.get("min"), "max_drop": detail.get("max_drop"),
+               "baseline": jsonable(shown["baseline"]), "accepted": accepted_name(detail.get("baseline_from")),
+               "n": int(shown["n"] or 0), "interval": interval, "status": shown["status"],
+               "estimated": bool(detail.get("estimated")), "window": (shown["window_start"], shown["window_end"]),
+               "breached": len(breached), "windows": len(part)}
+        row["text"] = rule_text(row)
+        # Two short lines per row (group, then rule and n): a phone's chart keeps room for the markers.
+        row["name"] = f"{row['group']}<br>{row['rule']}, n={row['n']:,}"
+        rows.append(row)
+    return sorted(rows, key=lambda r: (-r["breached"], r["status"] != "breach", (r["value"] or 0) - (r["floor"] or 0)))
+
+
+def accepted_name(baseline_from: Any) -> str | None:
+    """What a rule's figure is compared with, as the page names it: `v1` for "version v1, its last 2
+    windows", `reference` for the reference; None when unknown."""
+    if not baseline_from:
+        return None
+    text = str(baseline_from)
+    return text.removeprefix("version ").split(",")[0].strip() if text.startswith("version ") else text
+
+
+def rule_text(row: dict[str, Any]) -> str:
+    """One rule against its own number: "recall Yes 0.286 vs floor 0.6 (v1 0.789)"."""
+    what = " ".join(str(row[k]) for k in ("metric", "class") if row.get(k) and row[k] != "all")
+    value = "-" if row["value"] is None else f"{row['value']:.3f}"
+    # A configured floor as written to two decimals ("0.60"); one from a baseline to three, as the figures.
+    floor = "" if row["floor"] is None else f" vs floor {row['floor']:.{2 if row.get('min') is not None else 3}f}"
+    base = "" if row["baseline"] is None else f" ({row['accepted'] or 'baseline'} {row['baseline']:.3f})"
+    return f"{what} {value}{floor}{base}"
 
 
 def _rollback(store: Store, service: str, incident_id: int) -> str | None:
@@ -232,12 +325,15 @@ def _iso(at: datetime) -> str:
 
 def next_links(service: str, incident_id: int, version: str | None, first: datetime, last: datetime,
                named: dict[str, Any]) -> list[dict[str, str]]:
-    """The explain next steps as links to this UI's filtered views."""
-    stage = named.get("stage")
-    out = [{"text": f"slowest requests{' in stage ' + stage if stage else ''} during the incident",
-            "href": f"/incidents/{incident_id}/requests" + (f"?{urlencode({'stage': stage})}" if stage else "")}]
-    if stage:
-        out.append({"text": "slowest requests by total latency", "href": f"/incidents/{incident_id}/requests"})
+    """The explain next steps as links to this UI's filtered views: only drill-downs the rows can answer (by
+    a stage with timings, by total latency when the rows carry it; `named["measured"]`, from explain)."""
+    stage, ranked = named.get("stage"), named.get("measured", ())
+    stages = [stage] if stage else [] if "total" in ranked else [s for s in ranked if s != "total"][:1]
+    out = [{"text": f"slowest requests in stage {s} during the incident",
+            "href": f"/incidents/{incident_id}/requests?{urlencode({'stage': s})}"} for s in stages]
+    if "total" in ranked:
+        out.append({"text": "slowest requests by total latency" if out else "slowest requests during the incident",
+                    "href": f"/incidents/{incident_id}/requests"})
     span = urlencode({"since": _iso(first - BEFORE), "until": _iso(last + timedelta(hours=1))})
     out.append({"text": f"service {service} around the incident", "href": f"/services/{service}?{span}"})
     if version:
@@ -258,7 +354,8 @@ def _step(span: timedelta) -> timedelta:
 def overview(cfg: Config, store: Store, service: str, now: datetime, span: str = "24h",
              since: datetime | None = None, until: datetime | None = None) -> dict[str, Any]:
     """The service's last `span` (24h / 7d) up to its last tick, or [since, until): latency per stage,
-    traffic and failures, cache, drift per field, matured quality, with its incidents shaded."""
+    traffic and failures, cache, each declared signal, drift per field, matured quality (the acceptance
+    rules' metrics), with its incidents shaded; the newest incident's cause first (see `order`)."""
     svc = service_of(cfg, service)
     if since is None or until is None:
         if span not in SPANS:
@@ -273,18 +370,29 @@ def overview(cfg: Config, store: Store, service: str, now: datetime, span: str =
     with store.transaction() as session:
         found = store.incidents.load(session, service, limit=RECENT)
     shown = [i for i in found if _start(i) < until and _end(i, until) > since]
-    shapes = figures.spans([{"start": _start(i), "end": _end(i, until), "name": f"incident {i['id']}"} for i in shown])
-    charts = {}
+    # Shaded within the range shown: an incident resolved days later does not stretch the time axis.
+    shapes = figures.spans([{"start": max(_start(i), since), "end": min(_end(i, until), until),
+                             "name": f"incident {i['id']}"} for i in shown])
+    charts: dict[str, Any] = {}
     if len(metrics):
         charts["latency"] = figures.stage_lines(metrics, "p95", shapes, "p95 latency per stage")
         charts["traffic"] = figures.traffic(metrics, shapes)
         charts["cache"] = figures.cache(metrics, shapes)
+        for signal in svc.schema_.signals:
+            charts[f"signal-{signal}"] = figures.signal_lines(metrics, signal, shapes)
     charts["drift"] = figures.drift(findings, shapes)
-    labelled = query.findings(store, service, since=since - timedelta(days=7), until=until, check="quality",
+    labelled = query.findings(store, service, since=since - LABEL_WINDOW_MAX, until=until, check="quality",
                               segment="all")
-    charts["quality"] = figures.quality_lines(labelled, shapes)
+    labelled = labelled[labelled["window_end"] > pd.Timestamp(since)]
+    rules = svc.quality.rules if svc.quality is not None else []
+    charts["quality"] = figures.quality_lines(labelled, shapes, {(r.metric, r.class_) for r in rules})
+    # The cause of the newest incident shown (an open one before a resolved one) leads the page.
+    lead = min(shown, key=lambda i: (i["status"] != "open", -_start(i).timestamp()), default=None)
+    sections = order(lead["verdict"], []) if lead is not None else list(SECTIONS)
+    ranked = sorted(charts, key=lambda name: sections.index(CHART_SECTION.get(name.split("-")[0], "latency")))
     return {"service": svc.name, "since": since, "until": until, "step": step, "span": span,
-            "spans": list(SPANS), "charts": {k: v for k, v in charts.items() if v is not None},
+            "spans": list(SPANS), "charts": {k: figures.ranged(charts[k], since, until) for k in ranked
+                                             if charts[k] is not None},
             "incidents": [{"id": i["id"], "verdict": i["verdict"], "status": i["status"], "onset": _start(i)}
                           for i in shown]}
 

@@ -25,6 +25,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 EXTERNAL = "https://tailwatch.example.org/ui/"
 # The overview's charts of this scenario (no labels scored, so no quality chart), by id and title.
 CHARTS = {"latency": "p95 latency per stage", "traffic": "Traffic and failures", "cache": "Cache hit rate",
+          "signal-batch_size": "Signal batch_size: mean and p95", "signal-queue_depth": "Signal queue_depth: mean and p95",
           "drift": "Drift per field against the reference"}
 
 
