@@ -5,13 +5,17 @@ resolves, resolve after the fault ends, false pages, and the verdict of every wi
     .venv/bin/python bench/incidents.py --short          # shorter runs at a lower rate
     .venv/bin/python bench/incidents.py slower-cache healthy-week --mode live
     .venv/bin/python bench/incidents.py segment-short    # one real-data case (docs/evaluation.md)
+    .venv/bin/python bench/incidents.py generation-slower-de generation-healthy-2d --short
 
 Each scenario is generated with a fault end (a rollback or fix; the before regime returns) and replayed
 with the harness of tests/alerts/test_end_to_end.py (a tick every 15 minutes, then the alert stage and
 the outbox drain against a local fake Slack Web API server, on a new Store each tick):
 - live: every line is written when its time comes, a tick every 15 minutes from the start;
 - backlog: the daemon starts half way through the fault with every earlier line already written, then
-  ticks live to the end (healthy-week: starts on day 3, after the deploy).
+  ticks live to the end (healthy-week: starts on day 3, after the deploy; generation-healthy-2d on day 2).
+The text-generation service (monitor/simulate/generation.py) is replayed the same way, its thumbs up /
+down feedback written to the label log when it arrives (tests/simulate/generation_support.py): a
+segment-only slowdown (`lang=de`, whose incident must name the segment) and a healthy two-day run.
 The real-data cases (monitor/simulate/realdata.py) are replayed by `tailwatch backfill` (each step a
 daemon tick, alerts included), live by their smallest window or as a backlog (one step to the middle of
 the first fault, then live), and scored per injected fault: a slowdown on that window, a quality fault on the
@@ -31,202 +35,34 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "alerts")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests"), str(ROOT / "tests" / "alerts"),
+                str(ROOT / "tests" / "simulate")]
 
-WINDOW = timedelta(minutes=15)  # the harness's evaluation window (its only window length)
-REGRESSIONS = ("slower", "worse", "both", "drift")
-COLUMNS = ("slower", "worse", "both", "drift", "healthy", "insufficient_data", "no_data")
-OPPOSITE = {"slower": "worse", "worse": "slower"}
-SEVERITY_RANK = {"page": 0, "warn": 1, "info": 2}
-RESOLVE_WITHIN = 3  # windows after the fault's end
-RIGHT_SHARE = 0.95
+from incident_score import (  # noqa: E402  (bench/ is on sys.path above)
+    COLUMNS,
+    OPPOSITE,
+    WINDOW,
+    Score,
+    Truth,
+    _parse,
+    confusion,
+    incidents_about,
+    misses,
+    score,
+    severity,
+    window_truth,
+)
 
-
-@dataclass(frozen=True)
-class Truth:
-    """What happened in a run: the right verdict, when the fault was on, which versions served."""
-
-    verdict: str
-    start: datetime
-    end: datetime
-    onset: datetime | None
-    fault_end: datetime | None  # None: the fault lasts to the end of the run
-    before_version: str
-    after_version: str
-    deploys: tuple[datetime, ...] = ()  # equivalent deploys (healthy runs): they must not alert
-    events: tuple[datetime, ...] = ()  # every listed event's time, deploys included
-    labels_until: datetime | None = None  # a quality fault: windows ending later had no labels by the end
-
-    @classmethod
-    def of(cls, gt) -> Truth:
-        """From a simulator GroundTruth."""
-        at = _parse
-        return cls(gt.verdict, at(gt.start), at(gt.end), at(gt.onset), at(gt.fault_end),
-                   gt.model_versions["before"], gt.model_versions["after"],
-                   tuple(at(e["at"]) for e in gt.events if e["kind"] == "deploy"),
-                   tuple(sorted(at(e["at"]) for e in gt.events)))
-
-    def after_deploy(self, when: datetime) -> bool:
-        """Whether `when` falls between an equivalent deploy and the next listed event (or the end)."""
-        for deploy in self.deploys:
-            following = [e for e in self.events if e > deploy]
-            if deploy <= when < (min(following) if following else self.end + WINDOW):
-                return True
-        return False
-
-    @property
-    def faulty(self) -> bool:
-        return self.verdict != "healthy" and self.onset is not None
-
-
-def _parse(s: str | None) -> datetime | None:
-    return None if s is None else datetime.fromisoformat(s.replace("Z", "+00:00"))
-
-
-def window_truth(truth: Truth, model_version: str, start: datetime, end: datetime,
-                 window: timedelta = WINDOW) -> str | None:
-    """The right verdict of one version's window; None when the window straddles the onset or the fault
-    end (neither answer is wrong there). A version-change fault leaves the old version healthy."""
-    if not truth.faulty:
-        return "healthy"
-    fault_end = truth.fault_end or truth.end + window
-    if end <= truth.onset or start >= fault_end:
-        return "healthy"
-    if start < truth.onset or end > fault_end:
-        return None
-    if truth.before_version != truth.after_version and model_version == truth.before_version:
-        return "healthy"
-    if truth.labels_until is not None and end > truth.labels_until:
-        return None  # its labels came after the run: no monitor could have called it worse yet
-    return truth.verdict
-
-
-def confusion(truth: Truth, verdicts: list[dict], window: timedelta = WINDOW) -> Counter:
-    """(right verdict, stored verdict) -> number of windows, over the stored verdicts of length `window`."""
-    out: Counter = Counter()
-    for v in verdicts:
-        if v["window_end"] - v["window_start"] != window:
-            continue
-        right = window_truth(truth, v["model_version"], v["window_start"], v["window_end"], window)
-        if right is not None:
-            out[(right, v["verdict"])] += 1
-    return out
-
-
-def severity(incident: dict) -> str:
-    """The loudest severity an incident notified with: its summary's, or any of its alerts that fired."""
-    summary = incident.get("summary") or {}
-    found = [summary.get("severity", "info")]
-    found += [a["labels"].get("severity", "info") for a in summary.get("alerts", []) if a.get("fired_at")]
-    return min(found, key=lambda s: SEVERITY_RANK.get(s, 3))
-
-
-@dataclass(frozen=True)
-class Score:
-    """One replay's figures; minutes are signed (negative: before the truth), None when not measurable."""
-
-    verdict: str  # the first regression incident's verdict about the fault, or "healthy"
-    onset_error_min: float | None  # its `since` (first window start) minus the true onset
-    first_alert_min: float | None  # its first message (opening, or the daemon's first tick) minus the onset
-    resolve_delay_min: float | None  # its last resolve minus the fault end; None: still open, or no end
-    premature_resolves: int  # resolves of incidents about the fault before the fault ended
-    false_pages: int  # page incidents not about the fault
-    false_pages_per_day: float
-    deploy_alerts: int  # warn or page incidents on the deployed version, starting before the next event
-    incident_windows: int
-    right_windows: int
-    opposite_windows: int
-    confusion: Counter = field(default_factory=Counter)
-
-    @property
-    def right_share(self) -> float | None:
-        return self.right_windows / self.incident_windows if self.incident_windows else None
-
-
-def incidents_about(truth: Truth, incidents: list[dict], window: timedelta = WINDOW) -> list[dict]:
-    """The incidents about the fault, oldest first: regressions opened between the onset and RESOLVE_WITHIN
-    windows after the fault's end."""
-    if not truth.faulty:
-        return []
-    until = (truth.fault_end or truth.end + window) + RESOLVE_WITHIN * window
-    return sorted((i for i in incidents if i["verdict"] in REGRESSIONS and truth.onset <= i["opened_at"] <= until),
-                  key=lambda i: i["opened_at"])
-
-
-def score(truth: Truth, incidents: list[dict], verdicts: list[dict], window: timedelta = WINDOW,
-          first_tick: datetime | None = None) -> Score:
-    """Score a replay's stored incidents and verdicts against `truth`. An incident is about the fault when
-    it is a regression opened between the onset and RESOLVE_WITHIN windows after the fault's end. A backlog's
-    catch-up dates an incident's opening to when it would have opened live, but its first message leaves at
-    the daemon's `first_tick`: the first alert is the later of the two."""
-    fault_end = truth.fault_end
-    about = incidents_about(truth, incidents, window)
-    first = about[0] if about else None
-
-    def minutes(d: timedelta) -> float:
-        return d.total_seconds() / 60
-
-    premature = sum(1 for i in about if i["resolved_at"] is not None
-                    and (fault_end is None or i["resolved_at"] < fault_end))
-    delay = None
-    if about and fault_end is not None and all(i["resolved_at"] is not None for i in about):
-        delay = minutes(max(i["resolved_at"] for i in about) - fault_end)
-    ids = {i["id"] for i in about}
-    pages = sum(1 for i in incidents if i["id"] not in ids and severity(i) == "page")
-    deploy_alerts = sum(1 for i in incidents if truth.deploys and i.get("model_version") == truth.after_version
-                        and truth.after_deploy(i["first_window_start"] or i["opened_at"])
-                        and SEVERITY_RANK.get(severity(i), 3) <= SEVERITY_RANK["warn"])
-    table = confusion(truth, verdicts, window)
-    faulty = {k: n for k, n in table.items() if k[0] != "healthy"}
-    days = (truth.end - truth.start) / timedelta(days=1)
-    return Score(
-        verdict=first["verdict"] if first else "healthy",
-        onset_error_min=minutes(first["first_window_start"] - truth.onset)
-        if first and first["first_window_start"] else None,
-        first_alert_min=minutes(max(first["opened_at"], first_tick or first["opened_at"]) - truth.onset)
-        if first else None,
-        resolve_delay_min=delay, premature_resolves=premature, false_pages=pages,
-        false_pages_per_day=pages / days if days > 0 else 0.0, deploy_alerts=deploy_alerts,
-        incident_windows=sum(faulty.values()),
-        right_windows=sum(n for (t, p), n in faulty.items() if t == p),
-        opposite_windows=sum(n for (t, p), n in faulty.items() if OPPOSITE.get(t) == p),
-        confusion=table)
-
-
-def misses(truth: Truth, s: Score, window: timedelta = WINDOW) -> list[str]:
-    """The targets this replay misses, each as a short phrase; empty when it meets them all."""
-    out = []
-    w = window.total_seconds() / 60
-    if not truth.faulty:
-        if s.false_pages:
-            out.append(f"{s.false_pages} page(s)")
-        if s.deploy_alerts:
-            out.append(f"{s.deploy_alerts} alert(s) on the equivalent deploy")
-        return out
-    if s.first_alert_min is None:
-        return [f"no {truth.verdict} incident"]
-    if s.verdict != truth.verdict:
-        out.append(f"incident says {s.verdict}")
-    if s.onset_error_min is None or abs(s.onset_error_min) > w:
-        out.append("onset error > 1 window")
-    if s.premature_resolves:
-        out.append(f"{s.premature_resolves} premature resolve(s)")
-    if truth.fault_end is not None:
-        if s.resolve_delay_min is None:
-            out.append("never resolved")
-        elif s.resolve_delay_min > RESOLVE_WITHIN * w:
-            out.append(f"resolved > {RESOLVE_WITHIN} windows after the fault end")
-    if s.right_share is None or s.right_share < RIGHT_SHARE:
-        out.append(f"right verdict < {RIGHT_SHARE:.0%} of fault windows")
-    if s.opposite_windows:
-        out.append(f"{s.opposite_windows} window(s) of the opposite kind")
-    return out
-
+__all__ = ["Truth", "Score", "confusion", "misses", "score", "severity", "window_truth"]
+# The generation service's scenarios bench/incidents.py replays (generation-worse-ja is scored on hourly
+# quality windows, not on this harness's 15-minute ones: tests/quality/test_feedback.py runs it).
+GENERATION = ("generation-slower-de", "generation-healthy-2d")
 
 @dataclass(frozen=True)
 class Plan:
@@ -243,6 +79,11 @@ class Plan:
         if scenario == "healthy-week":
             # long enough for every event (the last at 83 h); the backlog ends on day 3 after the deploy
             return cls(96.0 if short else 168.0, 0.3, None, None, 48.0 if short else 72.0)
+        if scenario == "generation-healthy-2d":
+            # two days, so each hour of the day is seen twice; the backlog starts on day 2 (short: at 36 h)
+            return cls(48.0, 0.5, None, None, 36.0) if short else cls(48.0, 2.0, None, None, 24.0)
+        if scenario == "generation-slower-de":  # lang=de carries 10% of the traffic: 270 requests a window
+            return cls(4.0, 3.0, 1.0, 2.5, 1.75) if short else cls(8.0, 4.0, 2.0, 5.0, 3.5)
         if scenario == "healthy":
             return cls(4.0, 2.0, None, None, 2.0) if short else cls(8.0, 3.0, None, None, 4.0)
         if short:
@@ -254,6 +95,7 @@ def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, list[dic
     """Generate and replay one scenario in `mode` ("live" or "backlog"); its truth, score, stored incidents
     and seconds."""
     from alerts_support import FakeSlack
+    from generation_support import run_generation
     from test_end_to_end import run
 
     from monitor.simulate import DEFAULT_START
@@ -264,8 +106,9 @@ def replay(scenario: str, plan: Plan, mode: str) -> tuple[Truth, Score, list[dic
     first_tick = DEFAULT_START + timedelta(hours=plan.backlog_until) if mode == "backlog" else None
     try:
         with tempfile.TemporaryDirectory(prefix=f"tw-{scenario}-{mode}-") as tmp:
-            result = run(scenario, Path(tmp), fake, None, hours=plan.hours, onset=plan.onset,
-                         fault_end=plan.fault_end, rate=plan.rate, first_tick=first_tick)
+            replay_one = run_generation if scenario in GENERATION else partial(run, monkeypatch=None)
+            result = replay_one(scenario, Path(tmp), fake, hours=plan.hours, onset=plan.onset,
+                                fault_end=plan.fault_end, rate=plan.rate, first_tick=first_tick)
     finally:
         fake.server.shutdown()
     truth = Truth.of(result["truth"])
@@ -424,14 +267,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cases = realdata_cases()
-    parser.add_argument("scenarios", nargs="*", help=f"default: all of {', '.join(ALL_SCENARIOS)} and the "
+    parser.add_argument("scenarios", nargs="*", help=f"default: all of {', '.join(ALL_SCENARIOS + GENERATION)} and the "
                         f"real-data cases (one of {', '.join(cases)}; the short ones with --short)")
-    parser.add_argument("--short", action="store_true", help="4 h runs at 2 req/s (healthy-week: 4 days)")
+    parser.add_argument("--short", action="store_true", help="4 h runs at 2 req/s (healthy-week: 4 days; "
+                        "generation-slower-de: 3 req/s; generation-healthy-2d: 2 days at 0.5 req/s)")
     parser.add_argument("--mode", choices=("live", "backlog", "both"), default="both")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.scenarios) - set(ALL_SCENARIOS) - set(cases))
+    simulated = ALL_SCENARIOS + GENERATION
+    unknown = sorted(set(args.scenarios) - set(simulated) - set(cases))
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(unknown)}; one of {', '.join((*ALL_SCENARIOS, *cases))}")
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; one of {', '.join((*simulated, *cases))}")
     short_cases = [name for name in cases if name.endswith("-short")]
     real = [cases[n] for n in args.scenarios if n in cases] if args.scenarios else \
         [cases[n] for n in cases if (n in short_cases) == args.short]
@@ -439,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TW_SLACK_TOKEN"] = TOKEN
     modes = ("live", "backlog") if args.mode == "both" else (args.mode,)
     rows, failed, total = [], [], {m: Counter() for m in modes}
-    for scenario in [n for n in args.scenarios if n in ALL_SCENARIOS] if args.scenarios else ALL_SCENARIOS:
+    for scenario in [n for n in args.scenarios if n in simulated] if args.scenarios else simulated:
         plan = Plan.of(scenario, args.short)
         for mode in modes:
             truth, s, incidents, seconds = replay(scenario, plan, mode)
@@ -469,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     header = ("| replay | right verdict | incident verdict | onset error | first alert | resolve after fault end "
               "| premature resolves | false pages / day | right verdict (fault windows) | misses |")
     if rows:
-        length = "4 h at 2 req/s, fault 1 h - 2.5 h" if args.short else "8 h at 3 req/s, fault 2 h - 5 h"
+        length = ("4 h at 2 req/s, fault 1 h - 2.5 h; generation-slower-de 3 req/s" if args.short
+                  else "8 h at 3 req/s, fault 2 h - 5 h; generation-slower-de 4 req/s")
         print(f"| scenario ({length}) {header}")
         print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
         print("\n".join(rows))
