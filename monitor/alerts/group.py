@@ -141,6 +141,10 @@ def notify_group(session, store: Store, decision: Decision, group_fp: str, label
                            "fired_at": a.fired_at.isoformat() if a.fired_at else None,
                            "annotations": {k: v for k, v in a.annotations.items() if k != "digest"}}
                           for a in sorted(members, key=lambda a: a.fingerprint)]}
+    segment = (head.annotations.get("attribution") or {}).get("segment") if head else None
+    if segment:
+        # The part of the traffic a slowdown rests on (`lang=de`): what the incident is about, for its page.
+        summary["segment"] = segment
     if decision.action == Action.RESOLVE:
         # Why it resolved, from the alert the message leads with: fixed, rolled back, or no traffic.
         summary["resolution"] = (head.annotations.get("resolution") if head else None) or "every alert resolved"

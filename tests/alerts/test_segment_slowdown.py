@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 START = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)
@@ -34,8 +33,9 @@ def load(t: datetime) -> float:
     return 1 + 0.6 * math.sin(2 * math.pi * ((t - START).total_seconds() / 86400 - 10 / 24))
 
 
-def stream(seed: int = 11) -> tuple[list[dict], list[dict]]:
-    """Predictions and stage timings of the generation service from START to END, arrival ordered."""
+def stream(seed: int = 11, change: bool = True) -> tuple[list[dict], list[dict]]:
+    """Predictions and stage timings of the generation service from START to END, arrival ordered; the
+    draft model's change logged as a config_hash (`change`), or not seen at all."""
     rng = np.random.default_rng(seed)
     preds, timings = [], []
     t, i = START, 0
@@ -51,7 +51,7 @@ def stream(seed: int = 11) -> tuple[list[dict], list[dict]]:
         decode = tokens_out * 12 / (1 + 3.5 * accept) * float(rng.lognormal(0, 0.1))  # a rejected draft costs a step
         rid = f"r{i:07d}"
         preds.append({"request_id": rid, "ts": t.isoformat().replace("+00:00", "Z"), "model_version": "llm-7b",
-                      "config_hash": "draft-b" if t >= ONSET else "draft-a", "status": "ok", "lang": lang,
+                      "config_hash": "draft-b" if t >= ONSET and change else "draft-a", "status": "ok", "lang": lang,
                       "latency_ms": round(prefill + decode, 2), "ttft_ms": round(prefill, 2),
                       "input_tokens": tokens_in, "output_tokens": tokens_out, "spec_accept": round(accept, 4),
                       "queue_depth": queue})
@@ -93,12 +93,10 @@ def config(root: Path, slack_url: str):
     }, base_dir=root)
 
 
-@pytest.fixture(scope="module")
-def preds_and_timings():
-    return stream()
-
-
-def test_one_segments_slowdown_is_slower_for_that_segment(tmp_path, fake_slack, preds_and_timings):
+def run(root: Path, fake_slack, preds: list[dict], timings: list[dict], live_until: datetime) -> dict:
+    """Tick every 15 minutes up to `live_until`, then once at END + TICK for the rest (a backlog when
+    `live_until` is before END), alerting and draining after each tick: the stored verdicts and incidents,
+    the /metrics samples at END and the explanation of the first incident."""
     from monitor.alerts.evaluate import after_tick
     from monitor.daemon.health import Metrics
     from monitor.daemon.model_metrics import ModelMetrics
@@ -107,35 +105,42 @@ def test_one_segments_slowdown_is_slower_for_that_segment(tmp_path, fake_slack, 
     from monitor.notify import drain
     from storage.store import Store
 
-    preds, timings = preds_and_timings
-    cfg = config(tmp_path, fake_slack.base_url)
+    cfg = config(root, fake_slack.base_url)
     store = Store(cfg.storage.url)
     store.upgrade()
     try:
         released, now, i = START, START + TICK, 0
         while now <= END + TICK:
             until = now - SHIP_DELAY
-            write(preds, released, until, tmp_path / "predictions" / f"p{i:03d}.jsonl")
-            write(timings, released, until, tmp_path / "timings" / f"t{i:03d}.jsonl")
+            write(preds, released, until, root / "predictions" / f"p{i:03d}.jsonl")
+            write(timings, released, until, root / "timings" / f"t{i:03d}.jsonl")
             released = until
             for report in tick(cfg, store, now):
                 assert report.status == "ok", report.error
             after_tick(cfg, store, now)
             drain(cfg, store, now)
             drain(cfg, store, now + timedelta(minutes=1))  # a post held for group_wait goes out
-            now, i = now + TICK, i + 1
+            now, i = (now + TICK if now + TICK <= live_until else max(now + TICK, END + TICK)), i + 1
         with store.transaction() as session:
             verdicts = [v for v in store.verdicts.load(session, "gen")
                         if v["window_end"] - v["window_start"] == TICK]
             incidents = store.incidents.load(session, "gen")
         metrics = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(
             Metrics(ModelMetrics(cfg, store, clock=lambda: END)).render().decode()) for s in family.samples}
-        told = explain(store, "gen", incidents[0]["id"], now=END) if incidents else None
+        told = explain(store, "gen", incidents[-1]["id"], now=END) if incidents else None
     finally:
         store.dispose()
+    return {"verdicts": verdicts, "incidents": incidents, "metrics": metrics, "explain": told}
 
-    def at(v) -> datetime:
-        return v["window_start"].replace(tzinfo=UTC)
+
+def at(v: dict) -> datetime:
+    return v["window_start"].replace(tzinfo=UTC)
+
+
+def test_one_segments_slowdown_is_slower_for_that_segment(tmp_path, fake_slack):
+    preds, timings = stream()
+    got = run(tmp_path, fake_slack, preds, timings, END + TICK)
+    verdicts, incidents, metrics, told = got["verdicts"], got["incidents"], got["metrics"], got["explain"]
 
     before = [v for v in verdicts if at(v) < ONSET]
     after = [v for v in verdicts if ONSET <= at(v) < END]
@@ -160,6 +165,9 @@ def test_one_segments_slowdown_is_slower_for_that_segment(tmp_path, fake_slack, 
     assert len(regressions) == 1 and regressions[0]["verdict"] == "slower", incidents
     assert regressions[0]["first_window_start"].replace(tzinfo=UTC) == ONSET
     assert regressions[0]["opened_at"].replace(tzinfo=UTC) <= ONSET + 2 * TICK + TICK
+    assert regressions[0]["summary"]["segment"] == "lang=de"  # the incident says which part of the traffic
+    [head] = [a for a in regressions[0]["summary"]["alerts"] if a["labels"]["alertname"] == "ModelRegression"]
+    assert head["annotations"]["evidence"][0]["labels"]["segment"] == "lang=de"
 
     # Slack: one thread; the header names the segment, the evidence leads with it, spec_accept before queue depth.
     assert len(fake_slack.top_level) == 1, [m["text"] for m in fake_slack.top_level]
@@ -191,3 +199,18 @@ def test_one_segments_slowdown_is_slower_for_that_segment(tmp_path, fake_slack, 
         return metrics[("tailwatch_segment_signal_mean", tuple(sorted({**base, "segment": f"lang={lang}",
                                                                        "signal": "spec_accept"}.items())))]
     assert signal("de") < 0.3 < 0.6 < signal("en")
+
+
+def test_a_backlog_holds_the_segments_baseline_before_its_slowdown(tmp_path, fake_slack):
+    """Live up to the change, then the two hours after it read by one tick, and no version change for an
+    anchor to hold the baseline at: each window of the segment is compared with its history before the
+    slowdown's first window, not with the slowdown's earlier windows scored in the same tick."""
+    preds, timings = stream(change=False)
+    got = run(tmp_path, fake_slack, preds, timings, ONSET)
+    after = [v for v in got["verdicts"] if ONSET <= at(v) < END]
+    assert len(after) == 8 and [v["verdict"] for v in after].count("slower") >= 7, \
+        [(f"{at(v):%H:%M}", v["verdict"], v["summary"]) for v in after]
+    assert all(v["summary"].startswith("slower for segment lang=de") for v in after if v["verdict"] == "slower")
+    regressions = [i for i in got["incidents"] if i["verdict"] in ("slower", "both", "worse")]
+    assert len(regressions) == 1 and regressions[0]["first_window_start"].replace(tzinfo=UTC) == ONSET
+    assert len(fake_slack.top_level) == 1
