@@ -34,6 +34,7 @@ from monitor.config import ConfigError
 from monitor.durations import duration_text
 from monitor.investigate import history, sql
 from monitor.investigate import query as q
+from monitor.investigate.logs import SLOWEST
 from monitor.investigate.output import (
     cell,
     dumps,
@@ -234,13 +235,18 @@ def query_sql(
 def query_logs(
     service: Service = None, since: Since = None, until: Until = None, version: Version = None,
     stage: Annotated[str | None, typer.Option(help="Rank by this stage's duration (default: total latency_ms).")] = None,
-    min_ms: Annotated[float | None, typer.Option(help="Only requests at least this slow (ms).")] = None,
+    min_ms: Annotated[float | None, typer.Option(help="Only requests at least this slow (ms); default: the "
+                                                  "slowest --slowest percent of the range.")] = None,
+    slowest: Annotated[float, typer.Option(help="Without --min-ms: the percent of the range's requests, the "
+                                           "slowest, that are listed and compared with all (100: all of them).",
+                                           min=0.01, max=100)] = 100 * SLOWEST,
     top: Annotated[int, typer.Option(help="How many requests to list.")] = 20,
     status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
     features: Annotated[bool, typer.Option("--features", help="Also show raw feature values.")] = False,
     fmt: Format = "table",
 ) -> None:
-    """The slowest requests in the raw logs, and which versions, replicas, segments they share."""
+    """The slowest requests in the raw logs (files, OTLP spans or SQL tables, as configured), and which
+    versions, replicas, segments they share."""
     from monitor.contract import STATUSES
     from monitor.investigate.logs import LogsError, drill
 
@@ -251,21 +257,25 @@ def query_logs(
     try:
         with progress("query logs") as observe:
             result = drill(svc, cfg.limits, since=start, until=end, stage=stage, min_ms=min_ms, top=top,
-                           model_version=version, status=status, features=features, observe=observe)
+                           model_version=version, status=status, features=features, observe=observe,
+                           slowest=slowest / 100 if slowest < 100 else None)
     except (LogsError, OSError) as exc:
         fail(str(exc))
     if version is not None and not result.matched:
         # The logs may hold a version no tick stored yet; one in neither is a typo, named with the stored ones.
         known_version(store, svc.name, "--version", version)
     if fmt == "json":
-        sys.stdout.write(dumps({"stage": stage, "min_ms": min_ms, "matched": result.matched,
+        sys.stdout.write(dumps({"stage": stage, "min_ms": result.min_ms, "slowest": result.slowest,
+                                "matched": result.matched,
                                 "scanned": result.scanned, "skipped": result.skipped,
                                 "requests": json_records(result.requests),
                                 "aggregates": json_records(result.aggregates)}, indent=2) + "\n")
         return
     skipped = sum(result.skipped.values())
+    floor = "" if result.min_ms is None else f", at or above {cell(result.min_ms)} ms" + (
+        f" (the slowest {result.slowest:.0%}; --min-ms or --slowest to change)" if result.slowest else "")
     emit(result.requests, fmt, out, title=f"slowest {len(result.requests)} of {result.matched:,} matching requests "
-         f"({result.scanned:,} in range) by {stage or 'total latency'}"
+         f"({result.scanned:,} in range) by {stage or 'total latency'}{floor}"
          + (f"; {skipped:,} rows left out as the tick quarantines them" if skipped else ""))
     if fmt == "table" and not result.aggregates.empty:
         out.print(table(result.aggregates.head(15), "what the matching requests share (lift = share / share of all)",

@@ -21,6 +21,7 @@ from checks.catalog import names
 from monitor.aggregate.keys import CACHE_TIME, LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import Partial
 from monitor.investigate import history, query
+from monitor.investigate.next_steps import measured, next_queries
 from monitor.investigate.output import table
 from monitor.verdicts.evidence import NAMED_VALUE, named_labels, named_values, parts, ranked
 from storage.store import Store
@@ -118,6 +119,8 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
               history.metrics(store, service, since=first, until=last))
     changed = _what_changed(store, service, verdicts, first, last, *served)
     named = _named(top_stage, affected, evidence, changed, verdicts, groups or {}, cache)
+    # What the raw-log drill-down can rank by: the measures the incident's own rows carried.
+    named["measured"] = measured(during)
     summary = next((s for s in reversed(verdicts["summary"].tolist()) if s), "") if "summary" in verdicts else ""
     counts = verdicts["verdict"].value_counts().to_dict() if len(verdicts) else {}
     incident = {k: query.jsonable(inc.get(k)) for k in query.INCIDENT_COLUMNS}
@@ -125,8 +128,8 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
         incident=incident, verdict=str(inc["verdict"]), summary=summary or _fallback_summary(inc, named),
         verdicts={str(k): int(v) for k, v in counts.items()}, evidence=evidence, stages=stages,
         affected=affected, what_changed=changed,
-        next_queries=_next_queries(service, incident_id, version, first, last, named, stages, verdicts,
-                                   _previous_version(served[0])),
+        next_queries=next_queries(service, incident_id, version, first, last, named, stages, verdicts,
+                                  _previous_version(served[0]), BEFORE),
         named=named, window=(first, last), before=(first - BEFORE, first), requests=requests, cache=cache,
         spans=(before, during))
 
@@ -396,37 +399,6 @@ def _fallback_summary(inc: dict, named: dict) -> str:
 def _previous_version(before: pd.DataFrame) -> str | None:
     """The model version that served most requests in `before` (metrics per version of the BEFORE span)."""
     return None if before.empty else str(before.sort_values("requests", ascending=False)["model_version"].iloc[0])
-
-
-def _next_queries(service: str, incident_id: int, version: str | None, first: datetime, last: datetime,
-                  named: dict, stages: list[dict], verdicts: pd.DataFrame, served_before: str | None) -> list[str]:
-    """Commands to run next, filled in with this incident's range, version, stage and fields."""
-    t0, t1 = f"{first:%Y-%m-%dT%H:%MZ}", f"{last:%Y-%m-%dT%H:%MZ}"
-    span = f"--since {t0} --until {t1}"
-    out = []
-    stage = named.get("stage")
-    if stage:
-        p95 = next((r.get("p95_during") for r in stages if r.get("stage") == stage), None)
-        floor = f" --min-ms {p95:.3g}" if p95 else ""
-        out.append(f"tailwatch query logs -s {service} {span} --stage {stage}{floor} --top 20")
-        out.append(f"tailwatch query findings -s {service} {span} --check latency --label stage={stage}")
-    else:
-        out.append(f"tailwatch query logs -s {service} {span} --top 20")
-    for hot in named.get("hotspots", [])[:1]:
-        out.append(f"tailwatch query findings -s {service} {span} --check hotspot --label field={hot.split('=')[0]}")
-    for f in named.get("fields", [])[:2]:
-        out.append(f"tailwatch query findings -s {service} {span} --label field={f}")
-    for seg in named.get("segments", [])[:2]:
-        out.append(f"tailwatch query metrics -s {service} {span} --segment '{seg}' --every 15m")
-    out.append(f"tailwatch query metrics -s {service} --since {(first - BEFORE):%Y-%m-%dT%H:%MZ} --until {t1} "
-               f"--every 15m")
-    rollback = next((r for r in (verdicts["rollback_to"] if len(verdicts) else []) if r), None)
-    previous = rollback or served_before
-    if version and previous and previous != version:
-        out.append(f"tailwatch compare -s {service} --baseline {previous} --candidate {version} {span}")
-    out.append(f"tailwatch query findings -s {service} {span} --status breach --group-by check,model_version")
-    out.append(f"tailwatch report -s {service} --incident {incident_id} -o incident-{incident_id}.html")
-    return out
 
 
 def _key(labels: Mapping[str, Any] | None) -> tuple:

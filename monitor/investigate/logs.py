@@ -1,5 +1,6 @@
 """Raw-log drill-down: the slowest (or most affected) requests of a time range, read from the service's
-configured source files with the ingest's own readers and contract checks, filtered in Arrow/pandas.
+configured sources (files of rows or OTLP spans, SQL tables) with the ingest's own readers and contract
+checks, filtered in Arrow/pandas.
 
 Output holds request ids and aggregates; raw feature values only when asked for (`features=True`).
 """
@@ -15,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from monitor.config import FileSource, Limits, Service
+from monitor.config import FileSource, Limits, Service, SqlSource
 from monitor.contract import BOOL_OPTIONAL, NUMERIC_OPTIONAL, STRING_OPTIONAL, RecordKind
 from monitor.ingest.shape import to_contract
 from monitor.ingest.sources import open_source
@@ -33,7 +34,10 @@ AGGREGATES = ["dimension", "value", "requests", "share", "share_of_all", "lift",
 
 
 class LogsError(ValueError):
-    """A drill-down that cannot run as asked (no file source, unknown stage...)."""
+    """A drill-down that cannot run as asked (no timings source, unknown stage...)."""
+
+
+SLOWEST = 0.05  # the share of a range's requests "what they share" is about when no floor is given
 
 
 @dataclass(frozen=True)
@@ -46,18 +50,18 @@ class Drill:
     matched: int  # requests matching the filters
     scanned: int  # requests in the time range
     stage: str | None
-    min_ms: float | None
+    min_ms: float | None  # the floor the matches are at or above (ms): given, or that of the slowest share
     skipped: dict[str, int] = field(default_factory=dict)  # rows left out as a tick quarantines them, by reason
+    slowest: float | None = None  # the share of the range's requests the floor was set at, when not given
 
 
 def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limits,
           columns: set[str] | None, now: datetime, skipped: Counter, keep=None,
           observe: Observer | None = None) -> pd.DataFrame:
-    """Every valid row of a file source, typed by the contract; `keep(table)` filters in Arrow first.
-    Rows the tick would quarantine are left out and counted in `skipped`, by reason code. `observe` is
-    told the rows read and the rows in all (estimated from the bytes left, exact at the end)."""
-    if not isinstance(source_cfg, FileSource):
-        raise LogsError(f"{name}: drill-down reads file sources; this one is {source_cfg.kind}")
+    """Every valid row of a source (files of rows or OTLP spans, or a SQL table read whole in cursor order),
+    typed by the contract; `keep(table)` filters in Arrow first. Rows the tick would quarantine are left
+    out and counted in `skipped`, by reason code. `observe` is told the rows read and the rows in all
+    (estimated from the bytes left, exact at the end)."""
     frames = []
     for batch in open_source(name, source_cfg, limits).read({}, observe):
         skipped.update(r.reason.value for r in batch.rejects)
@@ -93,10 +97,12 @@ def _bools(values) -> list[bool]:
 def drill(service: Service, limits: Limits, *, since: datetime, until: datetime, stage: str | None = None,
           min_ms: float | None = None, top: int = 20, model_version: str | None = None,
           status: str | None = None, features: bool = False, now: datetime | None = None,
-          observe: Observer | None = None) -> Drill:
+          observe: Observer | None = None, slowest: float | None = None) -> Drill:
     """The `top` requests with ts in [since, until) ranked by the duration of `stage` (ms; None: total
-    latency_ms), keeping those at or above `min_ms`; and how the matching requests split by dimension.
-    `observe` is told the raw rows read (predictions, then timings) and the rows in all when known."""
+    latency_ms), keeping those at or above `min_ms` (else, with `slowest`, those at or above the quantile
+    that leaves that share of the range's requests: 0.05, the slowest 5%); and how the matching requests
+    split by dimension. `observe` is told the raw rows read (predictions, then timings) and the rows in all
+    when known."""
     now = now or datetime.now(UTC)
     chain = Chain(observe) if observe is not None else None
     schema = service.schema_
@@ -129,14 +135,12 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
     else:
         if service.sources.timings is None:
             raise LogsError(f"service {service.name} has no timings source; --stage needs one")
-        if service.sources.timings.format == "otlp":
-            raise LogsError("drill-down by stage reads timing rows (JSONL, CSV, Parquet), not OTLP spans")
         timings = _read(service.sources.timings, f"{service.name}/timings", RecordKind.timings, schema, limits,
                         {"request_id", "stage", "duration_ms"}, now, skipped,
                         keep=lambda t: pc.fill_null(pc.equal(pc.cast(t["stage"], pa.string()), stage), False)
                         if "stage" in t.column_names else pa.array([False] * t.num_rows), observe=chain)
         if timings.empty:
-            raise LogsError(f"no timing rows of stage {stage!r} in {service.sources.timings.path}")
+            raise LogsError(f"no timing rows of stage {stage!r} in {where(service.sources.timings)}")
         timings = timings.drop_duplicates(["request_id", "stage"], keep="first")  # as the join keeps them
         measure = f"{stage}_ms"
         timings = timings.rename(columns={"duration_ms": measure})[["request_id", measure]]
@@ -144,31 +148,38 @@ def drill(service: Service, limits: Limits, *, since: datetime, until: datetime,
                            left_on=preds["request_id"].astype(object), right_on="request_id",
                            how="inner", suffixes=("", "_t"))
         rows = rows.drop(columns=[c for c in rows.columns if c.endswith("_t") or c == "key_0"])
-    if min_ms is not None:
-        rows = rows[rows[measure] >= min_ms]
-    ranked = rows.sort_values([measure, "request_id"], ascending=[False, True], kind="stable")
+    share = None
+    if min_ms is None and slowest is not None and len(rows):
+        # A floor of the range's own: "what they share" compares its slowest requests with all of them.
+        share, min_ms = slowest, float(np.quantile(rows[measure].to_numpy(dtype=float), 1 - slowest))
+    matched = rows[rows[measure] >= min_ms] if min_ms is not None else rows
+    ranked = matched.sort_values([measure, "request_id"], ascending=[False, True], kind="stable")
     first = ["request_id", "ts", "model_version", "status", measure]
     rest = [c for c in ranked.columns if c not in first]
     top_rows = ranked.head(top)[first + rest].reset_index(drop=True)
-    return Drill(top_rows, _aggregates(ranked, preds, schema, rows, measure), len(ranked), len(preds), stage,
-                 min_ms, dict(skipped))
+    return Drill(top_rows, _aggregates(ranked, rows, schema, measure), len(ranked), len(preds), stage,
+                 min_ms, dict(skipped), share)
 
 
-def _aggregates(matched: pd.DataFrame, everyone: pd.DataFrame, schema: Schema, timed: pd.DataFrame,
-                measure: str) -> pd.DataFrame:
-    """Per dimension value: matching requests, their share among matches and among all requests, lift; and
-    the p95 of `measure` (ms) of the requests in range with that value beside that of the others (`timed`:
-    the requests in range that carry the measure, whatever `min_ms`)."""
+def where(source: FileSource | SqlSource) -> str:
+    """A source as a person names it: its directory, or its SQL table."""
+    return str(source.path) if isinstance(source, FileSource) else f"SQL table {source.table}"
+
+
+def _aggregates(matched: pd.DataFrame, timed: pd.DataFrame, schema: Schema, measure: str) -> pd.DataFrame:
+    """Per dimension value: matching requests, their share among matches and among the requests in range
+    that carry the measure (`timed`, whatever the floor: the population the matches are drawn from), lift;
+    and the p95 of `measure` (ms) of the requests with that value beside that of the others."""
     rows = []
     for dim in [*DIMENSIONS, *schema.segments]:
-        if dim not in everyone or dim not in matched:
+        if dim not in timed or dim not in matched:
             continue
-        all_counts = everyone[dim].astype(str).value_counts()
+        all_counts = timed[dim].astype(str).value_counts()
         hit_counts = matched[dim].astype(str).value_counts()
         p95 = _p95_by_value(timed[dim].astype(str).to_numpy(dtype=object), timed[measure].to_numpy(dtype=float))
         for value, k in hit_counts.items():
             share = k / len(matched)
-            base = all_counts.get(value, 0) / len(everyone)
+            base = all_counts.get(value, 0) / len(timed)
             mine, others = p95.get(value, (None, None))
             rows.append({"dimension": dim, "value": value, "requests": int(k), "share": share,
                          "share_of_all": base, "lift": share / base if base else None,
@@ -233,7 +244,7 @@ def stages_by_value(service: Service, limits: Limits, *, field: str, value: str,
                           "total": pd.to_numeric(preds.get("latency_ms"), errors="coerce").to_numpy()
                           if "latency_ms" in preds else np.nan})
     timings = service.sources.timings
-    if timings is not None and timings.format != "otlp" and len(frame):
+    if timings is not None and len(frame):
         rows = _read(timings, f"{service.name}/timings", RecordKind.timings, schema, limits,
                      {"request_id", "stage", "duration_ms"}, now, skipped)
         if len(rows):
