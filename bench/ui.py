@@ -1,5 +1,6 @@
 """Page times of the web UI on a month of history against a day (and a week) of it:
-`python bench/ui.py [--days 30] [--versions 3] [--clients 50] [--rounds 1]`.
+`python bench/ui.py [--days 30] [--versions 3] [--clients 50] [--rounds 1]`; and the screenshots in docs/img:
+`python bench/ui.py --screenshots docs/img`.
 
 Stores are filled the way bench/query.py fills one (a real 2-hour `healthy` run's 5-minute partials and
 window findings copied onto every bucket and window of the span, per version), one with a day of history,
@@ -12,6 +13,12 @@ are the server's to the last byte of the HTML (the browser's drawing of the char
 one JSON object: per store, each page's time alone and the p50 / p95 / max of the concurrent loads; and
 the ratios of the same page on the month against the shortest history that fills it (a day; a week for
 the 7-day overview). The slowest-requests page reads the raw log files, not the store, and is left out.
+
+`--screenshots DIR` instead runs the simulator's `worse-threshold` scenario with labels (the store the UI
+tests read: v2's shifted threshold drops churn recall below its rule's floor) and writes, from Debian's
+Chromium driven by Playwright, the incident page and the service overview around it at 1280 and 390 px
+wide: ui-incident.png, ui-incident-phone.png, ui-service.png, ui-service-phone.png (the top of each page,
+as a phone or laptop screen shows it first).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui")]
 
 from query import fill, seed_store  # noqa: E402  (bench/query.py)
-from ui_support import Served  # noqa: E402  (tests/ui/ui_support.py)
+from ui_support import Served, scenario_run, serving  # noqa: E402  (tests/ui/ui_support.py)
 
 FILLED_BY = {"/services/churn?span=7d": "week"}  # the shortest stored history a page's span is full on
 PAGES = ("/", "/incidents/{incident}", "/services/churn", "/services/churn?span=7d", "/services/churn/quarantine",
@@ -90,13 +97,68 @@ def measure(cfg, store, end: datetime, incident: int, clients: int, rounds: int)
     return out
 
 
+# Screenshot sizes: a laptop's window and a phone's (CSS px); the shot is the first screen and a half.
+SHOTS = {"": {"width": 1280, "height": 1500}, "-phone": {"width": 390, "height": 1400}}
+
+
+def screenshots(out: Path) -> list[Path]:
+    """The incident and service pages of a simulated quality incident, as PNGs in `out` (see the module)."""
+    import shutil
+
+    import pandas as pd
+    from playwright.sync_api import sync_playwright
+
+    from monitor.investigate import query
+    from storage.store import Store
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("no chromium: install Debian's (sh tests/setup/debian.sh chromium chromium screenshots)")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory(prefix="tailwatch-shots-") as tmp:
+        run = scenario_run(Path(tmp), "worse-threshold", labels=True)
+        store = Store(run["config"].storage.url)
+        try:
+            found = query.incidents(store, "churn", model_version=run["truth"].model_versions["after"])
+        finally:
+            store.dispose()
+        if found.empty:
+            raise SystemExit("the scenario opened no incident for its new version")
+        start, end = (f"{t:%Y-%m-%dT%H:%MZ}" for t in (pd.Timestamp(run["truth"].start) - timedelta(hours=1),
+                                                        pd.Timestamp(run["truth"].end) + timedelta(hours=1)))
+        pages = {"ui-incident": f"/incidents/{int(found['id'].iloc[0])}",
+                 "ui-service": f"/services/churn?since={start}&until={end}"}
+        with serving(run["config"]) as (served, _), sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+            for suffix, viewport in SHOTS.items():
+                context = browser.new_context(viewport=viewport, device_scale_factor=1)
+                page = context.new_page()
+                for name, path in pages.items():
+                    page.goto(served.url + path, wait_until="load")
+                    page.wait_for_function("() => [...document.querySelectorAll('div.chart')].every("
+                                           "el => el.querySelector('.main-svg'))")
+                    target = out / f"{name}{suffix}.png"
+                    page.screenshot(path=target)
+                    written.append(target)
+                context.close()
+            browser.close()
+    return written
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--screenshots", type=Path, metavar="DIR",
+                    help="write the docs' screenshots into DIR instead of timing the pages")
     args = ap.parse_args()
+    if args.screenshots is not None:
+        for path in screenshots(args.screenshots):
+            print(path)
+        return
 
     from monitor.daemon import retention
     from storage.store import Store

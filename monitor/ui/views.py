@@ -22,6 +22,7 @@ from monitor.investigate.explain import BEFORE, LABEL_WINDOW_MAX, QUALITY_CHECKS
 from monitor.investigate.logs import LogsError, drill
 from monitor.investigate.query import jsonable, why
 from monitor.ui import figures
+from monitor.verdicts.evidence import rule_text
 from monitor.verdicts.verdict import VERDICTS
 from storage.store import Store
 
@@ -238,8 +239,9 @@ def order(verdict: str, evidence: list[dict[str, Any]]) -> list[str]:
 def rule_rows(store: Store, service: str, version: str | None, first: datetime, end: datetime
               ) -> list[dict[str, Any]]:
     """Each acceptance rule and group scored on the incident's version in windows overlapping [first, end):
-    the figure of its latest breaching window (else its latest; the larger n of two ending together), against the rule's floor and the accepted
-    version's (or the reference's) figure, with that window's n and 95% interval; breaching rules first."""
+    the figure of its latest breaching window (else its latest; the larger n of two ending together) against
+    the rule's floor and the accepted version's (or the reference's) figure, in the words every reader uses
+    (`evidence.rule_text`), with that window's n and 95% interval; breaching rules first."""
     found = query.findings(store, service, since=first - LABEL_WINDOW_MAX, until=end, model_version=version,
                            check="acceptance", detail=True)
     found = found[found["window_end"] > pd.Timestamp(first)] if len(found) else found
@@ -252,38 +254,20 @@ def rule_rows(store: Store, service: str, version: str | None, first: datetime, 
         labels, detail = shown["labels"] or {}, shown["detail"] or {}
         interval = None if pd.isna(shown["interval_low"]) else [float(shown["interval_low"]),
                                                                 float(shown["interval_high"])]
+        value, baseline = jsonable(shown["value"]), jsonable(shown["baseline"])
         row = {"rule": labels.get("rule"), "metric": labels.get("metric"), "class": labels.get("class"),
-               "group": labels.get("group", "all"), "value": jsonable(shown["value"]),
-               # A max_drop rule's floor under a figure near 0 is below 0: no 0..1 figure can be there.
-               "floor": None if detail.get("floor") is None else min(max(float(detail["floor"]), 0.0), 1.0), "min": detail.get("min"), "max_drop": detail.get("max_drop"),
-               "baseline": jsonable(shown["baseline"]), "accepted": accepted_name(detail.get("baseline_from")),
+               "group": labels.get("group", "all"), "value": value, "baseline": baseline,
+               # Drawn on the 0..1 axis: a max_drop rule's floor under a figure near 0 is below it.
+               "floor": None if detail.get("floor") is None else min(max(float(detail["floor"]), 0.0), 1.0),
                "n": int(shown["n"] or 0), "interval": interval, "status": shown["status"],
                "estimated": bool(detail.get("estimated")), "window": (shown["window_start"], shown["window_end"]),
-               "breached": len(breached), "windows": len(part)}
-        row["text"] = rule_text(row)
+               "breached": len(breached), "windows": len(part),
+               "text": rule_text({"check": "acceptance", "labels": labels, "value": value, "baseline": baseline,
+                                  "detail": detail})}
         # Two short lines per row (group, then rule and n): a phone's chart keeps room for the markers.
         row["name"] = f"{row['group']}<br>{row['rule']}, n={row['n']:,}"
         rows.append(row)
     return sorted(rows, key=lambda r: (-r["breached"], r["status"] != "breach", (r["value"] or 0) - (r["floor"] or 0)))
-
-
-def accepted_name(baseline_from: Any) -> str | None:
-    """What a rule's figure is compared with, as the page names it: `v1` for "version v1, its last 2
-    windows", `reference` for the reference; None when unknown."""
-    if not baseline_from:
-        return None
-    text = str(baseline_from)
-    return text.removeprefix("version ").split(",")[0].strip() if text.startswith("version ") else text
-
-
-def rule_text(row: dict[str, Any]) -> str:
-    """One rule against its own number: "recall Yes 0.286 vs floor 0.6 (v1 0.789)"."""
-    what = " ".join(str(row[k]) for k in ("metric", "class") if row.get(k) and row[k] != "all")
-    value = "-" if row["value"] is None else f"{row['value']:.3f}"
-    # A configured floor as written to two decimals ("0.60"); one from a baseline to three, as the figures.
-    floor = "" if row["floor"] is None else f" vs floor {row['floor']:.{2 if row.get('min') is not None else 3}f}"
-    base = "" if row["baseline"] is None else f" ({row['accepted'] or 'baseline'} {row['baseline']:.3f})"
-    return f"{what} {value}{floor}{base}"
 
 
 def _rollback(store: Store, service: str, incident_id: int) -> str | None:
