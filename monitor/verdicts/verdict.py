@@ -282,7 +282,8 @@ def _attribution(whole: list[Mapping[str, Any]], breach: list[Mapping[str, Any]]
     increases = {}
     for f in lat:
         stage = f["labels"].get("stage")
-        if stage in (None, "total") or f["labels"]["quantile"] != quantile:
+        # Time to first token overlaps the stages it spans (queue, prefill): no share of its own.
+        if stage in (None, "total", "ttft") or f["labels"]["quantile"] != quantile:
             continue
         if f["value"] is not None and f["baseline"] is not None:
             increases[stage] = max(float(f["value"]) - float(f["baseline"]), 0.0)

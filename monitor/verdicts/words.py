@@ -20,8 +20,8 @@ def next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed:
                rollback: str | None, latency_rose: bool) -> list[str]:
     """Only the steps the evidence points at (what changed is listed beside them, not repeated here): a
     rollback when this model version is new; the cache when its hit rate fell or it served stale results;
-    the top stage's own knobs when total latency rose; the queue, memory, batch size or speculative
-    decoding when that signal moved; the segment a slowdown rests on; input lengths when they shifted; for worse, preprocessing when its version changed or a
+    the top stage's own knobs when total latency rose; the queue, memory or batch size when that signal
+    rose, speculative decoding when its acceptance moved; the segment a slowdown rests on; input lengths when they shifted; for worse, preprocessing when its version changed or a
     labelled slice got worse, the threshold when the model version changed or a class's recall or
     precision moved; the upstream producer for changed inputs."""
     steps = []
@@ -30,6 +30,9 @@ def next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed:
         steps.append(f"consider rolling back to accepted version {rollback}")
     signals = attribution.get("signals", [])
     moved = {str(s["labels"].get("signal")) for s in signals if s["check"] == "service_signal"}
+    # Load signals explain a slowdown when they rose: a queue that emptied at night is no saturation.
+    rose = {str(s["labels"].get("signal")) for s in signals if s["check"] == "service_signal"
+            and s["value"] is not None and s["baseline"] is not None and s["value"] > s["baseline"]}
     if verdict in ("slower", "both"):
         fell = [s for s in signals if s["check"] == "cache_hit_rate" and s["value"] is not None
                 and s["baseline"] is not None and s["value"] < s["baseline"]]
@@ -38,11 +41,11 @@ def next_steps(verdict: str, attribution: dict[str, Any], inputs: list, changed:
         top = next(iter(attribution.get("stages", {})), None) if latency_rose else None
         if top is not None:
             steps.append(STAGE_STEPS.get(top, f"stage {top}: what runs in it and what changed there"))
-        if "batch_size" in moved and top != "batch_wait":
+        if "batch_size" in rose and top != "batch_wait":
             steps.append(STAGE_STEPS["batch_wait"])
-        if "queue_depth" in moved:
+        if "queue_depth" in rose:
             steps.append("queue: queue depth and replica count (is the service saturated?)")
-        if "memory_mb" in moved:
+        if "memory_mb" in rose:
             steps.append("memory: memory use and swapping / GC pauses on the replicas")
         if any(m.startswith("spec_accept") for m in moved):
             steps.append("speculative decoding: the draft model and its acceptance rate (a draft that stops "

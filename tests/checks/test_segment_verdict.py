@@ -159,7 +159,7 @@ def test_one_segments_slowdown_never_becomes_its_own_baseline(store):
         s = next(s for s in scored if s.segment == segment and s.start == at)
         return next(f for f in s.findings if f.labels.get("stage") == "total" and f.labels.get("quantile") == "p50")
 
-    for lo, hi in windows:
+    for lo, _ in windows:
         de = p50("lang=de", lo)
         assert de.status == "breach" and de.baseline == pytest.approx(200, rel=0.1), (lo, de.value, de.baseline)
         assert p50("lang=en", lo).status == p50("", lo).status == "ok"
