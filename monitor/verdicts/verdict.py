@@ -32,6 +32,9 @@ HARMFUL = ("slower", "worse", "both")
 
 QUANTILE_ORDER = ("p95", "p99", "p50")
 EVIDENCE_MAX = 8
+# How near its baseline another segment's measure must stay for one segment to carry a slowdown of all
+# traffic: a fifth of a quantile's baseline, one point of a rate.
+HELD_NEAR = (0.2, 0.01)
 CHANGE_LOOKBACK = timedelta(hours=6)  # a version first seen this long before the window may be the trigger
 
 
@@ -252,7 +255,8 @@ def _slow_segment(hits: list[Mapping[str, Any]], own: Sequence[Mapping[str, Any]
     the most requests), of those that regressed while another value of the same column held; None when
     none did. Every value of a column regressing is all traffic, not one part of it. When all traffic
     regressed too (`alone` false), a segment is named only when it is the one value of its column that
-    did: several slower segments are a slower service."""
+    did and every other value's same measure held near its baseline (HELD_NEAR): several slower segments
+    are a slower service, and one too small to breach says nothing of the sort."""
     values: dict[str, set[str]] = {}
     for f in own:
         seg = str((f.get("labels") or {}).get("segment") or "")
@@ -263,8 +267,23 @@ def _slow_segment(hits: list[Mapping[str, Any]], own: Sequence[Mapping[str, Any]
     def column(f: Mapping[str, Any]) -> str:
         return str(f["labels"]["segment"]).split("=", 1)[0]
 
+    def measure(f: Mapping[str, Any]) -> tuple:
+        return f["check"], tuple(sorted((k, str(v)) for k, v in (f.get("labels") or {}).items() if k != "segment"))
+
+    def near(f: Mapping[str, Any]) -> bool:
+        v, b = f.get("value"), f.get("baseline")
+        if f["status"] != "ok" or v is None or b is None:
+            return False
+        return float(v) - float(b) <= (HELD_NEAR[1] if "rate" in f["labels"] else HELD_NEAR[0] * abs(float(b)))
+
+    def others_held(f: Mapping[str, Any]) -> bool:
+        others = values.get(column(f), set()) - {f["labels"]["segment"]}
+        same = {str(o["labels"]["segment"]): o for o in own if (o.get("labels") or {}).get("segment") in others
+                and measure(o) == measure(f)}
+        return bool(others) and set(same) == others and all(near(o) for o in same.values())
+
     kept = [f for f in hits if values.get(column(f), set()) - slow
-            and (alone or len({s for s in slow if s.split("=", 1)[0] == column(f)}) == 1)]
+            and (alone or len({s for s in slow if s.split("=", 1)[0] == column(f)}) == 1 and others_held(f))]
     if not kept:
         return None
     best = max(kept, key=lambda f: (effect(f) or 0.0, int(f.get("n") or 0)))

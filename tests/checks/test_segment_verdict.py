@@ -51,6 +51,8 @@ CASES = {
     "a segment's signal alone is no verdict": (window({}, {"de": (0.21, 0.71)}, queue=False), "healthy", None, "healthy"),
     "all traffic slower, one segment carries it": (
         window({"de": 2.0}, {"de": (0.21, 0.71)}, whole=1.6), "slower", "lang=de", "slower for segment lang=de"),
+    "all traffic slower, one segment breaches, another 1.4x without breaching: the service": (
+        window({"de": 2.0, "es": 1.4}, {}, whole=1.6), "slower", None, "slower: p95 total latency"),
     "all traffic and two segments slower: the service": (
         window({"de": 2.0, "es": 1.8}, {}, whole=1.6), "slower", None, "slower: p95 total latency 1,280 ms vs 800 ms"),
     "every segment slower, all traffic not: all traffic's word holds": (
