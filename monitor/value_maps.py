@@ -47,7 +47,9 @@ def _map_arrow(values: pa.ChunkedArray | pa.Array, names, mapping: ValueMap) -> 
     targets = pc.take(pa.array(list(mapping.values()), pa.string()), at)
     written = values.cast(pa.string()) if _castable(values.type) else pa.chunked_array(
         [pa.array(pd.Series(values.to_pandas(), dtype=object).map(str, na_action="ignore"), pa.string())])
-    return pc.if_else(hit, targets, written)
+    out = pc.if_else(hit, targets, written)
+    # A dictionary column (Parquet text) stays one: fold takes its codes, no text hashed per row.
+    return pc.dictionary_encode(out) if pa.types.is_dictionary(values.type) else out
 
 
 def _castable(t: pa.DataType) -> bool:
@@ -65,8 +67,9 @@ def mapped_frame(frame: pd.DataFrame | pa.Table, maps: Mapping[str, ValueMap],
     for name, mapping in maps.items():
         if name not in names or not mapping:
             continue
-        mapped = map_values(frame[name], mapping, name in folded)
-        if mapped is frame[name]:
+        column = frame[name]
+        mapped = map_values(column, mapping, name in folded)
+        if mapped is column:
             continue
         if table:
             frame = frame.set_column(names.index(name), name, mapped)
