@@ -25,6 +25,7 @@ STATIC = {"ui.css": (HERE / "static" / "ui.css", "text/css"), "ui.js": (HERE / "
 # regular expression or comment, and CSS holds no such text outside a string.
 _CLOSING = re.compile(r"</(script|style)", re.I)
 DECIMALS = 6  # the most decimals a figure is written with
+_SCIENTIFIC = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?e[+-]\d+(?![\w.])", re.I)
 
 
 def _utc(value: Any, seconds: bool = False) -> str:
@@ -56,6 +57,14 @@ def _num(value: Any, unit: str = "", digits: int = 3) -> str:
     return str(value)
 
 
+def _prose(text: Any) -> str:
+    """Stored text (a verdict's summary, why an incident resolved, what changed) with any number written in
+    scientific notation (`3e-05`, `1.2e+03`) rewritten in plain decimals as the pages write figures."""
+    if text is None:
+        return ""
+    return _SCIENTIFIC.sub(lambda m: plain(float(m.group(0))), str(text))
+
+
 def _pct(value: Any) -> str:
     return "-" if value is None or pd.isna(value) else f"{100 * value:.1f} %"
 
@@ -68,9 +77,9 @@ def asset(name: str) -> Markup:
 
 @cache
 def environment() -> Environment:
-    """The templates, with the filters they format with (`utc`, `num`, `pct`); autoescaped."""
+    """The templates, with the filters they format with (`utc`, `num`, `pct`, `prose`); autoescaped."""
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    env.filters.update(utc=_utc, num=_num, pct=_pct)
+    env.filters.update(utc=_utc, num=_num, pct=_pct, prose=_prose)
     env.globals.update(asset=asset)
     return env
 

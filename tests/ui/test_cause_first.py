@@ -17,7 +17,6 @@ from ui_support import serving
 
 from monitor.investigate import history, query
 from monitor.ui.pages import environment
-from monitor.verdicts.evidence import rule_text
 from storage.store import Store
 
 
@@ -68,6 +67,18 @@ def test_numbers_are_written_in_plain_decimals(value, unit, written):
     assert environment().filters["num"](value, unit) == written
 
 
+# stored text (a summary written by another version, an older release) -> as the pages write it
+PROSE = [("p95 total latency 1.23e+03 ms vs 980 ms", "p95 total latency 1,230 ms vs 980 ms"),
+         ("error_rate 5e-05% vs 0%; PSI 3E-7", "error_rate 0.00005% vs 0%; PSI < 0.000001"),
+         ("replica=api-2e-5 req-7-0000003365 config_hash 3e5 3e5a", "replica=api-2e-5 req-7-0000003365 config_hash 3e5 3e5a"),
+         ("recall 0.286 vs floor 0.60 (v1 0.789)", "recall 0.286 vs floor 0.60 (v1 0.789)")]
+
+
+@pytest.mark.parametrize(("stored_text", "written"), PROSE)
+def test_stored_text_is_shown_with_plain_numbers(stored_text, written):
+    assert environment().filters["prose"](stored_text) == written
+
+
 def worse_incident(run) -> int:
     found = incidents(run["config"])
     worse = found[found["verdict"] == "worse"]
@@ -107,6 +118,8 @@ def test_a_quality_incident_leads_with_its_rules_each_against_its_own_number(req
     latest = breach.sort_values(["window_end", "n"]).iloc[-1]
     # Worded as Slack and explain word it, from that window's stored finding: its value, the rule's floor,
     # the accepted version's figure.
+    from monitor.verdicts.evidence import rule_text
+
     want = rule_text({**latest.to_dict(), "check": "acceptance"})
     row = next(r for r in rows if (r[1], r[3]) == (rule, group))
     assert row[0] == want and f"({accepted} " in want, (row, want)
