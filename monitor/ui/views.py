@@ -369,7 +369,7 @@ def overview(cfg: Config, store: Store, service: str, now: datetime, span: str =
                               segment="all")
     labelled = labelled[labelled["window_end"] > pd.Timestamp(since)]
     rules = svc.quality.rules if svc.quality is not None else []
-    charts["quality"] = figures.quality_lines(labelled, shapes, {(r.metric, r.class_) for r in rules})
+    charts["quality"] = figures.quality_lines(labelled, shapes, rule_figures(rules, labelled))
     # The cause of the newest incident shown (an open one before a resolved one) leads the page.
     lead = min(shown, key=lambda i: (i["status"] != "open", -_start(i).timestamp()), default=None)
     sections = order(lead["verdict"], []) if lead is not None else list(SECTIONS)
@@ -379,6 +379,18 @@ def overview(cfg: Config, store: Store, service: str, now: datetime, span: str =
                                              if charts[k] is not None},
             "incidents": [{"id": i["id"], "verdict": i["verdict"], "status": i["status"], "onset": _start(i)}
                           for i in shown]}
+
+
+def rule_figures(rules: list[Any], labelled: pd.DataFrame) -> set[tuple[str, str]]:
+    """The (metric, class) pairs of the quality findings that `rules` judge: a rule's own class where the
+    findings score it, else every class its metric is scored for (a feedback rate is scored as class `all`
+    whatever class the rule names)."""
+    scored = {((lab or {}).get("metric"), (lab or {}).get("class")) for lab in labelled["labels"]}
+    out = set()
+    for rule in rules:
+        own = {(m, c) for m, c in scored if m == rule.metric}
+        out |= {(rule.metric, rule.class_)} & own or own
+    return out
 
 
 def quarantine(cfg: Config, store: Store, service: str, now: datetime, span: timedelta = SPANS["7d"]

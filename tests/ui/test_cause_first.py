@@ -207,3 +207,36 @@ def test_an_open_incident_runs_to_the_last_tick(ui_run, incident_id):
     minutes = int((tick - pd.Timestamp(inc["first_window_start"])).total_seconds() // 60)
     assert f"{minutes} min" in text(listed) if minutes < 120 else f"{minutes / 60:.1f} h" in text(listed)
     assert f"– {tick:%Y-%m-%d %H:%M} UTC, ranked by" in text(slowest)
+
+
+@pytest.fixture(scope="module")
+def generation(tmp_path_factory) -> dict:
+    """The simulated text-generation service (monitor/simulate/generation.py): `spec_accept` declared as a
+    signal, thumbs up / down feedback scored as a rate per language (class `all`) with a rule per language."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulate"))
+    from generation_support import run_generation
+
+    root = tmp_path_factory.mktemp("ui-generation")
+    run_generation("generation-worse-ja", root, None, hours=3, onset=1.5, rate=1.5)
+    from monitor import config as config_mod
+
+    return {"config": config_mod.load(root / "tailwatch.yaml")}
+
+
+def test_a_generation_service_overview_charts_spec_accept_and_its_feedback_rate(generation):
+    cfg = generation["config"]
+    svc = cfg.services[0]
+    assert svc.schema_.signals == ["spec_accept"] and svc.quality.rules[0].metric == "feedback_rate"
+    with serving(cfg) as (server, _):
+        html = page(f"{server.url}/services/{svc.name}")
+    drawn = {t["name"]: t["y"] for t in figure(html, "signal-spec_accept")["data"]}
+    assert set(drawn) == {"mean", "p95"} and all(0 <= v <= 1 for v in drawn["mean"])  # an acceptance rate
+    quality = figure(html, "quality")
+    assert quality is not None, "no feedback chart"
+    found = stored(cfg, "quality", group="all", metric="feedback_rate").sort_values("window_start")
+    # The rule names no class (macro); the feedback rate is scored as class `all`: that line is drawn.
+    assert [t["name"] for t in quality["data"]] == [f"{v} feedback_rate all" for v in found["model_version"].unique()]
+    assert quality["data"][0]["y"] == pytest.approx(found["value"].tolist())
