@@ -5,15 +5,19 @@ Writes a history like the one a small service keeps: predictions at `--per-day` 
 JSON Lines file per month), five stage timings per request without `start_ts`, and labels 30 days late with
 their `label_ts`; a config with a `quality:` section (1-day windows) and 1-hour buckets; then runs
 `backfill.run` over the whole span with `--step` and prints one JSON object: steps, seconds, steps/s, and what
-was folded, joined, labelled and quarantined (`cpu_seconds`: the process's CPU time, steadier than the wall
+was folded, joined, labelled and quarantined (`summary`: the backfill's own, per service) (`cpu_seconds`: the process's CPU time, steadier than the wall
 clock on a shared machine). `--max-steps` stops early (the seconds are then for those steps); `--from-day D --max-steps N` times N steps
 from day D on (the history before it is read by one untimed first step), for a figure later in the history.
+`--spans` writes the timings as OTLP-JSON spans the way OpenTelemetry Collectors' file exporters do (three
+instances, each request's spans in one export line of the instance it went to, a file per instance and
+month): spans out of time order across files that each cover a month.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import inspect
 import json
 import shutil
@@ -31,8 +35,9 @@ STAGES = ("preprocess", "retrieve", "model", "postprocess", "serialize")
 LABEL_DELAY = timedelta(days=30)
 
 
-def write_history(root: Path, days: int, per_day: float, seed: int = 3) -> dict:
-    """Predictions, timings (no start_ts) and labels (label_ts 30 days after ts) under root/logs."""
+def write_history(root: Path, days: int, per_day: float, seed: int = 3, spans: bool = False) -> dict:
+    """Predictions, timings (no start_ts; with `spans`, OTLP-JSON export lines) and labels (label_ts 30 days
+    after ts) under root/logs."""
     rng = np.random.default_rng(seed)
     n = int(rng.poisson(per_day * days))
     offsets_us = np.sort(rng.integers(0, days * 86_400_000_000, n))
@@ -60,15 +65,39 @@ def write_history(root: Path, days: int, per_day: float, seed: int = 3) -> dict:
     for m in sorted(set(month)):
         preds[month == m].to_json(root / "logs" / "predictions" / f"predictions-{m}.jsonl", orient="records",
                                   lines=True)
-        timings[np.repeat(month == m, len(STAGES))].to_json(
-            root / "logs" / "timings" / f"timings-{m}.jsonl", orient="records", lines=True)
+        if not spans:
+            timings[np.repeat(month == m, len(STAGES))].to_json(
+                root / "logs" / "timings" / f"timings-{m}.jsonl", orient="records", lines=True)
+    if spans:
+        _write_spans(root / "logs" / "timings", ts, rid, timings["duration_ms"].to_numpy(), month, rng)
     label_month = label_at.strftime("%Y%m")
     for m in sorted(set(label_month)):
         labels[label_month == m].to_json(root / "logs" / "labels" / f"labels-{m}.jsonl", orient="records", lines=True)
     return {"predictions": n, "timings": n * len(STAGES), "labels": n}
 
 
-def config(root: Path, step: str) -> dict:
+def _write_spans(folder: Path, ts: pd.DatetimeIndex, rid: np.ndarray, durations: np.ndarray, month: np.ndarray,
+                 rng: np.random.Generator, instances: int = 3) -> None:
+    """Each request's stages as spans one after the other from its `ts`, in one export line of a random
+    Collector instance's file for its month."""
+    start = ts.asi8  # ns
+    ms = durations.reshape(len(rid), len(STAGES))
+    ends = start[:, None] + np.cumsum(ms * 1e6, axis=1).astype(np.int64)
+    begins = ends - (ms * 1e6).astype(np.int64)
+    who = rng.integers(0, instances, len(rid))
+    for i in range(len(rid)):
+        spans = [{"traceId": f"{i + 1:032x}", "spanId": f"{i * 8 + k + 1:016x}", "name": stage,
+                  "startTimeUnixNano": str(begins[i, k]), "endTimeUnixNano": str(ends[i, k]),
+                  "attributes": [{"key": "request_id", "value": {"stringValue": rid[i]}}]}
+                 for k, stage in enumerate(STAGES)]
+        doc = {"resourceSpans": [{"resource": {"attributes": [
+            {"key": "service.name", "value": {"stringValue": "churn"}}]},
+            "scopeSpans": [{"scope": {"name": "bench"}, "spans": spans}]}]}
+        with open(folder / f"traces-agent-{who[i]}-{month[i]}.json", "a") as fh:
+            fh.write(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+def config(root: Path, step: str, spans: bool = False) -> dict:
     return {
         "storage": {"url": f"sqlite:///{root / 'tw.db'}"},
         # daemon.interval is the step of a backfill that has no --step of its own.
@@ -76,6 +105,7 @@ def config(root: Path, step: str) -> dict:
         "services": [{
             "name": "svc",
             "sources": {kind: {"kind": "files", "path": str(root / "logs" / kind)}
+                        | ({"format": "otlp"} if spans and kind == "timings" else {})
                         for kind in ("predictions", "timings", "labels")},
             "schema": {"features": {"tenure": "numeric", "Contract": "categorical"}, "segments": ["Contract"],
                        "classes": ["No", "Yes"], "positive_class": "Yes"},
@@ -97,6 +127,7 @@ def main() -> None:
                     help="start the replay this many days in (its first step, the backlog before it, is not timed)")
     ap.add_argument("--profile", type=Path, default=None, help="write a cProfile of the replay here")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--spans", action="store_true", help="timings as Collector-written OTLP-JSON span files")
     args = ap.parse_args()
 
     from monitor import config as config_mod
@@ -105,8 +136,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="tailwatch-backfill-"))
     try:
-        written = write_history(work, args.days, args.per_day)
-        (work / "tailwatch.yaml").write_text(yaml.safe_dump(config(work, args.step), sort_keys=False))
+        written = write_history(work, args.days, args.per_day, spans=args.spans)
+        (work / "tailwatch.yaml").write_text(yaml.safe_dump(config(work, args.step, args.spans), sort_keys=False))
         cfg = config_mod.load(work / "tailwatch.yaml")
         store = Store(cfg.storage.url)
         store.upgrade()
@@ -135,7 +166,9 @@ def main() -> None:
             # A year's replay at this step, from the seconds per step measured here.
             "year_minutes": round(seconds / max(result.steps, 1) * year_steps / 60, 1),
             "year_cpu_minutes": round(cpu / max(result.steps, 1) * year_steps / 60, 1),
-            **totals, "quarantined": dict(quarantined)}, indent=1))
+            **totals, "quarantined": dict(quarantined),
+            "summary": [dataclasses.asdict(x) for x in backfill.summarize(cfg, store, result.run_id)]},
+            indent=1, default=str))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
