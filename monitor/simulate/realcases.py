@@ -108,7 +108,7 @@ def short_cases() -> list[Case]:
     """The same mechanics over a day or two (the bench's `--short`)."""
     return [digits_case(days=1, per_hour=600, timeouts=(6 / 24, 9 / 24), hotspot=(11 / 24, 14 / 24),
                         int8=(16 / 24, 21 / 24), name="digits-short"),
-            fair_case(days=3, broken=(1.5, 2.5), name="fair-short")]
+            fair_case(days=4, broken=(1.5, 2.5), name="fair-short")]
 
 
 def all_cases() -> dict[str, Callable[[], Case]]:
