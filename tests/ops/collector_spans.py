@@ -20,7 +20,7 @@ def _attr(key: str, value) -> dict:
     return {"key": key, "value": {"stringValue": str(value)}}
 
 
-def collector_feed(start: datetime, minutes: int, per_minute: int, *, instances: int = 3, rotate_lines: int = 40,
+def collector_feed(start: datetime, minutes: int, per_minute: int, *, instances: int = 3, rotate_lines: int = 120,
                    batch: int = 120, flush: float = 20.0, seed: int = 11):
     """(prediction lines, {file name: [(written_at, line bytes)]}, spans written): predictions as (ts, bytes)
     in arrival order; span files as the Collector instances wrote them, each line when it was written."""
