@@ -53,17 +53,12 @@ class Timestamps(StrictModel):
         return value
 
 
-class Shape(StrictModel):
-    """A source's logs in their own shape: `columns` maps contract field names to the source's column
-    names (`{request_id: id, ts: timestamp}`); `values` maps the values a field is written with to the
-    values meant (`{status: {finished: ok}}`, keyed by contract or schema name); `timestamps` says how
-    times are written; `durations` is the unit of the duration fields (`duration_ms`, `latency_ms`,
-    `ttft_ms`) as written."""
+class Respelled(StrictModel):
+    """Names and spellings of a file of the user's own: `columns` (field: the file's column), `values`
+    (field: {as written: meant})."""
 
     columns: dict[str, str] = Field(default_factory=dict)
     values: dict[str, dict[str, str | None]] = Field(default_factory=dict)
-    timestamps: Timestamps = Field(default_factory=Timestamps)
-    durations: Literal["ms", "s", "us"] = "ms"
 
     @field_validator("values", mode="before")
     @classmethod
@@ -74,6 +69,17 @@ class Shape(StrictModel):
     @classmethod
     def _one_field_per_column(cls, value: dict[str, str]) -> dict[str, str]:
         return one_field_per_column(value)
+
+
+class Shape(Respelled):
+    """A source's logs in their own shape: `columns` maps contract field names to the source's column
+    names (`{request_id: id, ts: timestamp}`); `values` maps the values a field is written with to the
+    values meant (`{status: {finished: ok}}`, keyed by contract or schema name); `timestamps` says how
+    times are written; `durations` is the unit of the duration fields (`duration_ms`, `latency_ms`,
+    `ttft_ms`) as written."""
+
+    timestamps: Timestamps = Field(default_factory=Timestamps)
+    durations: Literal["ms", "s", "us"] = "ms"
 
     def check_fields(self, kind: RecordKind) -> None:
         """ValueError naming any key of `columns` that is not a contract field of `kind`, with the valid ones."""
@@ -151,14 +157,12 @@ class Sources(StrictModel):
         return self
 
 
-class Reference(StrictModel):
+class Reference(Respelled):
     """The training or validation data: its file, its own column names for the schema's fields and the
     contract's `label` / `prediction` (`columns`, field first), its own spellings (`values`), and what data
     checks compare a window with."""
 
     path: Path
-    columns: dict[str, str] = Field(default_factory=dict)
-    values: dict[str, dict[str, str | None]] = Field(default_factory=dict)
     # what data checks compare a window with: the reference, or accepted serving history (see docs/checks.md)
     compare_with: Literal["reference", "serving_history"] = "reference"
     # the accepted serving period [start, end) that serving-history comparisons merge; none: the trailing baseline
@@ -178,16 +182,6 @@ class Reference(StrictModel):
     @classmethod
     def _path_exists(cls, value: Any, info: ValidationInfo) -> Path:
         return existing_file(value, info)
-
-    @field_validator("values", mode="before")
-    @classmethod
-    def _value_names(cls, value: Any) -> Any:
-        return value_maps(value)
-
-    @field_validator("columns")
-    @classmethod
-    def _one_field_per_column(cls, value: dict[str, str]) -> dict[str, str]:
-        return one_field_per_column(value)
 
 
 class Buckets(StrictModel):
