@@ -253,10 +253,11 @@ def _service_hit(f: Mapping[str, Any]) -> bool:
 def _slow_segment(hits: list[Mapping[str, Any]], own: Sequence[Mapping[str, Any]], alone: bool) -> str | None:
     """The segment (`lang=de`) whose service regression is the strongest on the common effect scale (ties:
     the most requests), of those that regressed while another value of the same column held; None when
-    none did. Every value of a column regressing is all traffic, not one part of it. When all traffic
-    regressed too (`alone` false), a segment is named only when it is the one value of its column that
-    did and every other value's same measure held near its baseline (HELD_NEAR): several slower segments
-    are a slower service, and one too small to breach says nothing of the sort."""
+    none did. Every value of a column regressing is all traffic, not one part of it. When all traffic held
+    (`alone`), every other value of the column whose same measure was decided must have held near its
+    baseline (HELD_NEAR). When all traffic regressed too, a segment is named only when it is the one value
+    of its column that did and every other value's same measure held near its baseline: several slower
+    segments are a slower service, and one too small to breach says nothing of the sort."""
     values: dict[str, set[str]] = {}
     for f in own:
         seg = str((f.get("labels") or {}).get("segment") or "")
@@ -276,14 +277,21 @@ def _slow_segment(hits: list[Mapping[str, Any]], own: Sequence[Mapping[str, Any]
             return False
         return float(v) - float(b) <= (HELD_NEAR[1] if "rate" in f["labels"] else HELD_NEAR[0] * abs(float(b)))
 
-    def others_held(f: Mapping[str, Any]) -> bool:
+    def others_held(f: Mapping[str, Any], every: bool) -> bool:
         others = values.get(column(f), set()) - {f["labels"]["segment"]}
         same = {str(o["labels"]["segment"]): o for o in own if (o.get("labels") or {}).get("segment") in others
                 and measure(o) == measure(f)}
-        return bool(others) and set(same) == others and all(near(o) for o in same.values())
+        if every:
+            return bool(others) and set(same) == others and all(near(o) for o in same.values())
+        # Alone, a value too small to decide says nothing either way, but one that moved as far without
+        # breaching (a client's burst of rejects spread over every contract type) says the whole column
+        # moved: one segment breaching first is only the least widened by the clump.
+        decided = [o for o in same.values() if o["status"] in ("ok", "breach")]
+        return bool(decided) and all(near(o) for o in decided)
 
     kept = [f for f in hits if values.get(column(f), set()) - slow
-            and (alone or len({s for s in slow if s.split("=", 1)[0] == column(f)}) == 1 and others_held(f))]
+            and (alone and others_held(f, every=False)
+                 or len({s for s in slow if s.split("=", 1)[0] == column(f)}) == 1 and others_held(f, every=True))]
     if not kept:
         return None
     best = max(kept, key=lambda f: (effect(f) or 0.0, int(f.get("n") or 0)))

@@ -44,7 +44,25 @@ def window(slow: dict[str, float], signal: dict[str, tuple[float, float]], *, wh
     return out
 
 
+def burst(rates: dict[str, tuple[float, str]]) -> list[dict]:
+    """A window where every latency held and each segment's reject rate is `rates[lang]` (value, status)
+    against a baseline of none; all traffic's rate is their mix and held (a clump widens its interval)."""
+    out = [g for g in window({}, {}, queue=False) if g["labels"].get("rate") != "reject"]
+    n = sum(LANGS.values())
+    mix = sum(rates.get(lang, (0.0, "ok"))[0] * k for lang, k in LANGS.items()) / n
+    out.append(f("latency", {"rate": "reject"}, value=mix, baseline=0.0))
+    for lang, k in LANGS.items():
+        value, status = rates.get(lang, (0.0, "ok"))
+        out.append(f("latency", {"segment": f"lang={lang}", "rate": "reject"}, status, value, 0.0, k))
+    return out
+
+
 CASES = {
+    "a client's burst of rejects spread over every segment, one of them breaching: no segment's": (
+        burst({"en": (0.052, "ok"), "es": (0.045, "ok"), "de": (0.063, "breach")}), "healthy", None, "healthy"),
+    "one segment's rejects, the others held": (
+        burst({"de": (0.063, "breach"), "es": (0.004, "ok")}), "slower", "lang=de", "slower for segment lang=de"),
+
     # name: (window, verdict, segment named, summary starts with)
     "one segment slower, the others held": (
         window({"de": 2.0}, {"de": (0.21, 0.71)}), "slower", "lang=de", "slower for segment lang=de: p95 total"),
