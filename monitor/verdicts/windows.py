@@ -33,6 +33,14 @@ WINDOW_CHECKS = names(kind="window")
 # that history back (one drifting field would otherwise take the baseline away from every window).
 REFERENCE_CHECKS = names("completeness", "ranges", "drift", "lengths", "vocabulary")
 HOLDING_CHECKS = tuple(c for c in WINDOW_CHECKS if c not in REFERENCE_CHECKS)
+# Latency, failures, queueing and replica load grow with load: those checks (LOAD_CHECKS) compare a window
+# with the trailing buckets that carried at least LOAD_MATCH of its load (requests per bucket, all traffic),
+# when those hold LOAD_MATCH_WINDOWS times its rows; else with the whole trailing day. The afternoon peak is
+# then judged against the busy hours, not a day that averages in the night, and a window no busier than the
+# day keeps all of it. Hit rates, inputs and predictions keep the whole day (more history, less noise).
+LOAD_CHECKS = names("latency", "signals", "routing")
+LOAD_MATCH = 0.8
+LOAD_MATCH_WINDOWS = 4
 MAX_RESCORED = 12  # closed windows per length re-scored for late rows in one tick; older ones wait for backfill
 RUN_LOOKBACK = timedelta(days=7)  # how far back a run of breaching windows scored by earlier ticks is read
 
@@ -166,6 +174,8 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 window[(row[1], row[2])].append(row)
             elif any(a <= row[0] < b for a, b in ranges) and not regressions.holds(row, end - start):
                 baseline[(row[1], row[2])].append(row)
+        load = _load_per_bucket(rows)
+        busy = _mean(load[r[0]] for r in rows if r[0] >= start and r[2] == ALL)
         clean: dict[tuple[str, str], bool] = {}
         for (version, segment), parts in sorted(window.items()):
             merged = _clumps(parts, blocks.merge(parts, [(start, end)]))
@@ -176,7 +186,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
             provisional = breached.get(key)
             if provisional is not None:
                 ends = sorted({*ends, provisional})
-            base, good = None, anchors.accepted_versions(start) if ends else frozenset()
+            base, loaded, good = None, None, anchors.accepted_versions(start) if ends else frozenset()
             for anchor in ends:  # the earliest with history before it: a value there from the start has none
                 base = frozen.baseline(_before(start, end, baseline_kind, anchor), version if version in good
                                        else None, good, segment, merged.rows, blocks, regressions, end - start)
@@ -188,16 +198,20 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                     # A version too new to have its own history is compared with what the service did before it.
                     history = [r for (v, seg), rs in baseline.items() if seg == segment for r in rs]
                 base = trailing([r[3] for r in history], tuple(RATES.values()), blocks.merge(history, ranges))
+                # The same hours of day (same_hour_7d) already carry the same load.
+                busiest = _as_busy(history, load, busy, merged.rows) if baseline_kind == "trailing_24h" else history
+                if busiest is not history:
+                    loaded = trailing([r[3] for r in busiest], tuple(RATES.values()), blocks.merge(busiest, ranges))
             if segment == ALL and served is not None:
-                findings = [f for f in evaluate(merged, profile, base, params) if f.check not in DATA_CHECKS]
+                findings = [f for f in _evaluate(merged, profile, base, loaded, params) if f.check not in DATA_CHECKS]
                 findings += evaluate(merged, profile, served, params, only=DATA_CHECKS)
             elif segment == ALL:
-                findings = evaluate(merged, profile, base, params)
+                findings = _evaluate(merged, profile, base, loaded, params)
             else:
                 # The reference describes all traffic, not one segment's share of it: a segment is compared
                 # with its own trailing history, or "Contract=Two year" would always drift from the mix. Its
                 # histograms too, on the reference's bins: "predictions changed for this segment".
-                findings = evaluate(merged, None, base, params)
+                findings = _evaluate(merged, None, base, loaded, params)
                 own = history_profile(profile, base)
                 if own is not None:
                     findings += evaluate(merged, own, base, params, only=HISTOGRAM_CHECKS)
@@ -216,6 +230,41 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
 
 
 _Row = tuple[datetime, str, str, Partial]  # bucket start, model version, segment, the decoded partial
+
+
+def _evaluate(window: Partial, profile: Profile | None, base: Partial | None, loaded: Partial | None,
+              params) -> list[Finding]:
+    """evaluate() of every window check against `base`, those of LOAD_CHECKS against `loaded` when set (the
+    trailing buckets as busy as the window), in registration order."""
+    if loaded is None:
+        return evaluate(window, profile, base, params)
+    out: list[Finding] = []
+    for name in WINDOW_CHECKS:
+        out += evaluate(window, profile, loaded if name in LOAD_CHECKS else base, params, only=(name,))
+    return out
+
+
+def _load_per_bucket(rows: list[_Row]) -> dict[datetime, int]:
+    """Requests of all traffic (every version) per bucket start."""
+    load: dict[datetime, int] = defaultdict(int)
+    for start, _, segment, part in rows:
+        if segment == ALL:
+            load[start] += part.rows
+    return load
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def _as_busy(history: list[_Row], load: dict[datetime, int], busy: float, rows: int) -> list[_Row]:
+    """The buckets of `history` whose load was at least LOAD_MATCH x `busy` (the window's requests per
+    bucket), when they hold LOAD_MATCH_WINDOWS x `rows` (the window's); else all of `history`."""
+    kept = [r for r in history if load.get(r[0], 0) >= LOAD_MATCH * busy]
+    if len(kept) == len(history) or sum(r[3].rows for r in kept) < LOAD_MATCH_WINDOWS * rows:
+        return history
+    return kept
 
 
 class _Regressions:
