@@ -165,9 +165,13 @@ def _form(unit_: str) -> tuple[str, Callable[[float], str], str]:
 
 
 def _digits(v: float) -> str:
-    if abs(v) >= 1e3:  # never in scientific notation: 1,110 ms, not 1.11e+03
+    """Never in scientific notation: 1,110 ms, not 1.11e+03; 0.00003, not 3e-05."""
+    if abs(v) >= 1e3:
         return f"{v:,.0f}"
-    return f"{v:.3g}" if v == 0 or abs(v) >= 0.001 else f"{v:.2g}"
+    if v == 0 or abs(v) >= 0.001:
+        return f"{v:.3g}"
+    decimals = 1 - math.floor(math.log10(abs(v)))  # two significant digits
+    return f"{v:.{decimals}f}".rstrip("0")
 
 
 def parts(e: Mapping[str, Any]) -> dict[str, str]:

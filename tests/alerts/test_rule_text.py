@@ -128,3 +128,15 @@ def test_an_episode_held_by_a_rule_says_it_against_its_floor(recalls):
     [why] = not_back(pre, [row], VerdictAlerts())
     v1, v2 = recalls["v1"].value, recalls["v2"].value
     assert why.endswith(f"still breaching: recall {g3(v2)} vs floor 0.60 (v1 {g3(v1)})"), why
+
+
+@pytest.mark.parametrize("value, unit, written", [
+    (3e-05, "", "0.00003"), (4.56e-05, "ms", "0.000046 ms"), (-2.5e-06, "", "-0.0000025"),
+    (5e-07, "%", "0.00005%"), (1110.0, "ms", "1,110 ms"), (0.002, "", "0.002"), (0.0, "%", "0%")])
+def test_numbers_in_slack_and_the_terminal_are_never_in_scientific_notation(value, unit, written):
+    """What Slack, `explain` and the tick report write for a figure (evidence.show): a tiny error rate or a
+    near-zero difference in plain decimals, as the pages write them."""
+    from monitor.verdicts.evidence import show
+
+    assert show(value, unit) == written
+    assert "e-" not in show(value, unit) and "e+" not in show(value, unit)
