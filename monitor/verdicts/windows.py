@@ -34,10 +34,10 @@ WINDOW_CHECKS = names(kind="window")
 REFERENCE_CHECKS = names("completeness", "ranges", "drift", "lengths", "vocabulary")
 HOLDING_CHECKS = tuple(c for c in WINDOW_CHECKS if c not in REFERENCE_CHECKS)
 # Latency, failures, queueing and replica load grow with load: those checks (LOAD_CHECKS) compare a window
-# with the trailing buckets that carried at least LOAD_MATCH of its load (requests per bucket, all traffic),
-# when those hold LOAD_MATCH_WINDOWS times its rows; else with the whole trailing day. The afternoon peak is
-# then judged against the busy hours, not a day that averages in the night, and a window no busier than the
-# day keeps all of it. Hit rates, inputs and predictions keep the whole day (more history, less noise).
+# with the trailing buckets whose stretch of the window's length carried at least LOAD_MATCH of its requests
+# (all traffic), when those hold LOAD_MATCH_WINDOWS times its rows; else with the whole trailing day. The
+# afternoon peak is then judged against the busy hours, not a day that averages in the night, and a window
+# no busier than the day keeps all of it. Hit rates, inputs and predictions keep the whole day.
 LOAD_CHECKS = names("latency", "signals", "routing")
 LOAD_MATCH = 0.8
 LOAD_MATCH_WINDOWS = 4
@@ -174,8 +174,8 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                 window[(row[1], row[2])].append(row)
             elif any(a <= row[0] < b for a, b in ranges) and not regressions.holds(row, end - start):
                 baseline[(row[1], row[2])].append(row)
-        load = _load_per_bucket(rows)
-        busy = _mean(load[r[0]] for r in rows if r[0] >= start and r[2] == ALL)
+        load = _load_per_block(rows, end - start)
+        busy = load.get(start, 0)
         clean: dict[tuple[str, str], bool] = {}
         for (version, segment), parts in sorted(window.items()):
             merged = _clumps(parts, blocks.merge(parts, [(start, end)]))
@@ -199,7 +199,7 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
                     history = [r for (v, seg), rs in baseline.items() if seg == segment for r in rs]
                 base = trailing([r[3] for r in history], tuple(RATES.values()), blocks.merge(history, ranges))
                 # The same hours of day (same_hour_7d) already carry the same load.
-                busiest = _as_busy(history, load, busy, merged.rows) if baseline_kind == "trailing_24h" else history
+                busiest = _as_busy(history, load, busy, merged.rows, end - start) if baseline_kind == "trailing_24h" else history
                 if busiest is not history:
                     loaded = trailing([r[3] for r in busiest], tuple(RATES.values()), blocks.merge(busiest, ranges))
             if segment == ALL and served is not None:
@@ -244,24 +244,21 @@ def _evaluate(window: Partial, profile: Profile | None, base: Partial | None, lo
     return out
 
 
-def _load_per_bucket(rows: list[_Row]) -> dict[datetime, int]:
-    """Requests of all traffic (every version) per bucket start."""
+def _load_per_block(rows: list[_Row], size: timedelta) -> dict[datetime, int]:
+    """Requests of all traffic (every version) per block of the window's length `size`, by block start: a
+    bucket's load is its block's, smoothed over as many requests as the window holds."""
     load: dict[datetime, int] = defaultdict(int)
     for start, _, segment, part in rows:
         if segment == ALL:
-            load[start] += part.rows
+            load[floor_to(start, size)] += part.rows
     return load
 
 
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else 0.0
-
-
-def _as_busy(history: list[_Row], load: dict[datetime, int], busy: float, rows: int) -> list[_Row]:
-    """The buckets of `history` whose load was at least LOAD_MATCH x `busy` (the window's requests per
-    bucket), when they hold LOAD_MATCH_WINDOWS x `rows` (the window's); else all of `history`."""
-    kept = [r for r in history if load.get(r[0], 0) >= LOAD_MATCH * busy]
+def _as_busy(history: list[_Row], load: dict[datetime, int], busy: int, rows: int, size: timedelta) -> list[_Row]:
+    """The buckets of `history` whose block (of the window's length `size`) carried at least LOAD_MATCH x
+    `busy` (the window's requests), when they hold LOAD_MATCH_WINDOWS x `rows` (the window's, of its
+    version and segment); else all of `history`."""
+    kept = [r for r in history if load.get(floor_to(r[0], size), 0) >= LOAD_MATCH * busy]
     if len(kept) == len(history) or sum(r[3].rows for r in kept) < LOAD_MATCH_WINDOWS * rows:
         return history
     return kept
