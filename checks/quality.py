@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from checks.base import Finding
@@ -68,18 +69,37 @@ _declare("label_bias", "labels", "largest gap between labelled shares (0..1)", "
 @dataclass(frozen=True)
 class Labelled:
     """The labelled predictions of one slice. `y_pred` holds MISS for failed requests counted as misses;
-    `proba` is rows x classes (NaN rows: no scores, left out of the score-based metrics)."""
+    `proba` is rows x classes (NaN rows: no scores, left out of the score-based metrics). `predicted`
+    False: the logs hold no prediction at all, so the prediction-based metrics are undefined."""
 
     y_true: np.ndarray
     y_pred: np.ndarray
     proba: np.ndarray
     classes: tuple[str, ...]
+    predicted: bool = True
 
     def __len__(self) -> int:
         return len(self.y_true)
 
     def take(self, mask: np.ndarray) -> Labelled:
-        return Labelled(self.y_true[mask], self.y_pred[mask], self.proba[mask], self.classes)
+        return Labelled(self.y_true[mask], self.y_pred[mask], self.proba[mask], self.classes, self.predicted)
+
+
+def window_rows(labels: ArrayLike, predictions: ArrayLike, failed: np.ndarray, proba: np.ndarray,
+                classes: Sequence[str]) -> Labelled:
+    """A window's rows as one slice: a missing label as "", a failed request's or a missing prediction as
+    MISS. `predicted` is False when requests were served but none holds a prediction (no prediction column):
+    every label would otherwise be scored against a MISS."""
+    served = ~np.asarray(failed, dtype=bool)
+    labels, predictions = np.asarray(labels, dtype=object), np.asarray(predictions, dtype=object)
+    present = _present(predictions)
+    y_true = np.where(_present(labels), labels, "").astype(object)
+    y_pred = np.where(served & present, predictions, MISS).astype(object)
+    return Labelled(y_true, y_pred, proba, tuple(classes), bool(present[served].any() or not served.any()))
+
+
+def _present(values: np.ndarray) -> np.ndarray:
+    return np.not_equal(values, None) & (values == values)  # NaN != NaN
 
 
 @dataclass(frozen=True)
@@ -218,6 +238,7 @@ def _percentile(draws: list[np.ndarray], samples: int,
     return bounds
 
 
+SCORED = ("roc_auc", "pr_auc", "calibration_error", "log_loss")  # metrics of the scores, not the predictions
 WILSON = {"precision": "pred", "recall": "support", "accuracy": "n", "feedback_rate": "n"}  # proportions: Wilson
 FEEDBACK_RATE, FEEDBACK_MEAN = "feedback_rate", "feedback_mean"
 
@@ -266,7 +287,7 @@ def measure(data: Labelled, positive: str | None, bins: int = 10, samples: int =
         value = None if math.isnan(v[0]) else float(v[0])
         cls = classes[key] if isinstance(key, int) else key
         ci = key if isinstance(key, int) else None
-        if metric in ("roc_auc", "pr_auc", "calibration_error", "log_loss"):
+        if metric in SCORED:
             count, detail = scored, {}
             if ci is not None:
                 detail = {"positives": int(T[np.isfinite(data.proba).all(axis=1), ci].sum())}
@@ -276,6 +297,10 @@ def measure(data: Labelled, positive: str | None, bins: int = 10, samples: int =
             detail = {"tp": int(tp[ci]), "support": int(sup[ci]), "predicted": int(pred[ci])}
         else:
             count, detail = n, {}
+        if metric not in SCORED and not data.predicted:
+            # Every label would be compared with a MISS: a 0.0 that measures the logs, not the model.
+            value, detail = None, {**detail, "why": "no prediction column: the logs hold no prediction to "
+                                                   "compare the labels with"}
         interval = None
         if value is not None and metric in WILSON and (ci is not None or metric == "accuracy"):
             k = tp[ci] if ci is not None else tp.sum()
@@ -337,9 +362,10 @@ def _estimate_stats(T: np.ndarray, P: np.ndarray) -> dict[tuple[str, int | str],
 def estimate(y_pred: np.ndarray, proba: np.ndarray, classes: Sequence[str], samples: int = 0,
              seed: int = 0) -> list[Measure]:
     """Estimated precision, recall and F1 per class, their macro averages, and accuracy, from the
-    expected confusion matrix (values None when undefined). The interval (`samples` > 0): where the
-    realized figure falls 95% of the time if the scores are calibrated (labels drawn from them)."""
-    ok = np.isfinite(proba).all(axis=1)
+    expected confusion matrix of the rows with scores and a predicted class (values None when undefined).
+    The interval (`samples` > 0): where the realized figure falls 95% of the time if the scores are
+    calibrated (labels drawn from them)."""
+    ok = np.isfinite(proba).all(axis=1) & np.isin(y_pred, classes)  # a MISS adds to no predicted column
     Pr, P = proba[ok], _onehot(y_pred[ok], classes)
     n, k = len(Pr), len(classes)
     point = _estimate_stats(Pr, P)
@@ -434,7 +460,8 @@ def compare_versions(a: Labelled, b: Labelled, pred_a_all: np.ndarray, pred_b_al
                      positive: str | None, samples: int, seed: int) -> list[Measure]:
     """Pairwise comparison of version b against a on the same labelled requests: deltas (b - a) of
     accuracy, macro F1 and each class's recall with a paired bootstrap interval, plus flips: predictions
-    that changed side of the threshold (all shared requests) and which flips became right or wrong."""
+    that changed side of the threshold (all shared requests) and which flips became right or wrong. Deltas
+    are None when either holds no prediction (`predicted` False): every label a MISS on both sides."""
     classes = a.classes
     Ta = _onehot(a.y_true, classes)
     Pa, Pb = _onehot(a.y_pred, classes), _onehot(b.y_pred, classes)
@@ -455,9 +482,9 @@ def compare_versions(a: Labelled, b: Labelled, pred_a_all: np.ndarray, pred_b_al
         sa, sb = _class_stats(W, Ta, Pa), _class_stats(W, Ta, Pb)
         return {k: sb[k] - sa[k] for k in keys}
 
-    point = deltas(np.ones((1, n))) if n else {}
+    point = deltas(np.ones((1, n))) if n and a.predicted and b.predicted else {}
     draws: dict = {k: [] for k in keys}
-    if n and samples:
+    if point and samples:
         for W in _weights(np.random.default_rng(seed), n, samples):
             for k, v in deltas(W).items():
                 draws[k].append(v)

@@ -35,6 +35,7 @@ from checks.quality import (
     quality_findings,
     score_classes,
     seed_of,
+    window_rows,
 )
 from monitor.classes import class_name, class_names
 from monitor.config import Config, Service
@@ -229,9 +230,9 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     eligible = ~failed if not q.failed_as_miss else np.ones(len(frame), bool)
     known = frame["label"].isin(classes).to_numpy()
     labelled = eligible & known
-    pred = np.where(failed, MISS, frame["prediction"].fillna(MISS).astype(object)).astype(object)
     proba = _proba(frame["scores"], classes, ref.calibrators)
-    y_true = frame["label"].fillna("").astype(object).to_numpy()
+    whole = window_rows(frame["label"], frame["prediction"], failed, proba, classes)
+    pred = whole.y_pred
     matured_by_age = now >= end + q.maturity_horizon
     statement = {"failed_as_miss": q.failed_as_miss}
 
@@ -254,7 +255,7 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
         if matured:
             for group, mask in masks.items():
                 sel = lab & mask
-                data = Labelled(y_true[sel], pred[sel], proba[sel], classes)
+                data = whole.take(sel)
                 ms = measure(data, positive, q.calibration_bins, q.bootstrap_samples,
                              seed_of(q.seed, service.name, start.isoformat(), end.isoformat(), version, group))
                 gdetail = {**detail, "group_n": int(sel.sum())}
@@ -285,7 +286,7 @@ def score_window(service: Service, rows: list[tuple], start: datetime, end: date
     for w in out:
         w.findings.extend(rules.get(w.model_version, ()))
     out = [replace(w, findings=f) for w, f in zip(out, _control(out, q.fdr_q), strict=True)]
-    out = _with_comparisons(service, out, frame, y_true, pred, proba, labelled, classes, positive, start, end)
+    out = _with_comparisons(service, out, frame, whole, labelled, positive, start, end)
     return out
 
 
@@ -385,8 +386,8 @@ def _accepted_base(same: dict, history: Figures, accepted: str, group: str, rule
     return history.get((estimate, rule.metric, rule.class_, group))
 
 
-def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.DataFrame, y_true, pred, proba,
-                      labelled, classes, positive, start, end) -> list[WindowQuality]:
+def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.DataFrame, whole: Labelled,
+                      labelled, positive, start, end) -> list[WindowQuality]:
     """Add `version_compare` findings to each version that shares requests with the accepted version
     (or, without one, the first version in name order)."""
     q = service.quality
@@ -405,8 +406,7 @@ def _with_comparisons(service: Service, out: list[WindowQuality], frame: pd.Data
             continue
         ia, ib = idx[base][shared].to_numpy(), idx[w.model_version][shared].to_numpy()
         both = labelled[ia] & labelled[ib]
-        a = Labelled(y_true[ia][both], pred[ia][both], proba[ia][both], classes)
-        b = Labelled(y_true[ib][both], pred[ib][both], proba[ib][both], classes)
+        a, b, pred = whole.take(ia[both]), whole.take(ib[both]), whole.y_pred
         seed = seed_of(q.seed, service.name, start.isoformat(), end.isoformat(), base, w.model_version)
         for m in compare_versions(a, b, pred[ia], pred[ib], positive, q.bootstrap_samples, seed):
             status = measured(m.value, m.n, q.min_n)
