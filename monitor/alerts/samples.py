@@ -110,8 +110,12 @@ def verdict_samples(service: Service, current: Mapping[str, Verdict | None], his
 
 
 def verdict_annotations(v: Verdict) -> dict[str, Any]:
+    """A verdict's alert annotations; `digest` is what the message says (verdict, stage, segment, changes):
+    a firing alert whose digest changed is updated in place."""
     digest = [v.verdict, v.estimated, v.rollback_to, v.attribution.get("top_stage"),
               sorted(c["value"] for c in v.what_changed)]
+    if v.attribution.get("segment"):  # a slowdown that moves to another segment is another message
+        digest.append(v.attribution["segment"])
     return {"verdict": v.verdict, "estimated": v.estimated, "summary": v.summary, "text": v.summary,
             "window_start": v.window_start.isoformat(), "window_end": v.window_end.isoformat(), "rows": v.rows,
             "evidence": [e.as_dict() for e in v.evidence], "attribution": v.attribution,

@@ -23,7 +23,7 @@ from monitor.aggregate.partial import Partial
 from monitor.investigate import history, query
 from monitor.investigate.next_steps import measured, next_queries
 from monitor.investigate.output import table
-from monitor.verdicts.evidence import NAMED_VALUE, named_labels, named_values, parts, ranked
+from monitor.verdicts.evidence import NAMED_VALUE, RULE, named_labels, named_values, parts, ranked, rule_of
 from storage.store import Store
 
 BEFORE = timedelta(hours=2)  # the "before" of the latency decomposition: this long before the first window
@@ -136,9 +136,10 @@ def explain(store: Store, service: str, incident_id: int, now: datetime | None =
 
 def _label_findings(store: Store, service: str, version: str | None, first: datetime, last: datetime
                     ) -> pd.DataFrame:
-    """The quality and acceptance findings of `version` whose windows overlap [first, last)."""
+    """The quality and acceptance findings of `version` whose windows overlap [first, last); the rules'
+    with their detail (what holds their floor)."""
     frames = [query.findings(store, service, since=first - LABEL_WINDOW_MAX, until=last, model_version=version,
-                             check=check) for check in QUALITY_CHECKS]
+                             check=check, detail=check == RULE) for check in QUALITY_CHECKS]
     found = pd.DataFrame([r for f in frames for r in f.to_dict("records")], columns=frames[0].columns)
     return found[found["window_end"] > pd.Timestamp(first)] if len(found) else found
 
@@ -255,7 +256,7 @@ def _affected(breaches: pd.DataFrame) -> list[dict[str, Any]]:
         entry = out.setdefault(key, {"check": row["check"], "labels": dict(labels), "windows": 0, "n": 0})
         entry["windows"] += 1
         entry["n"] = max(entry["n"], int(row["n"] or 0))
-        entry.update(value=_num(row["value"]), baseline=_num(row["baseline"]),
+        entry.update(value=_num(row["value"]), baseline=_num(row["baseline"]), **_rule(row),
                      interval=None if pd.isna(row["interval_low"]) else [row["interval_low"], row["interval_high"]])
     return sorted(out.values(), key=lambda e: (-e["windows"], -e["n"]))
 
@@ -285,8 +286,15 @@ def _evidence(verdicts: pd.DataFrame, breaches: pd.DataFrame) -> list[dict[str, 
             entry["windows"] += 1
             entry.update(value=_num(row["value"]), baseline=_num(row["baseline"]), n=int(row["n"] or 0),
                          interval_low=_num(row["interval_low"]), interval_high=_num(row["interval_high"]),
-                         status="breach")
+                         status="breach", **_rule(row))
     return ranked(out.values(), quantile, rows or None, segment)[:EVIDENCE_MAX]
+
+
+def _rule(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An acceptance finding's `rule` (evidence.rule_of: its floor and baseline source), as the verdicts'
+    evidence carries it, so its words hold the rule's own number; nothing for another check."""
+    rule = rule_of(row)
+    return {"rule": rule} if rule else {}
 
 
 def _segment(verdicts: pd.DataFrame) -> str | None:

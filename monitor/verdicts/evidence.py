@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from checks.catalog import REGISTRY
+from checks.quality import FEEDBACK_MEAN
 
 # Checks whose value is a share of something, 0..1 (shown in %).
 SHARES = ("cache_hit_rate", "stale_cache", "missing_rate", "out_of_range", "unseen_categories", "oov_rate",
@@ -75,8 +76,10 @@ def rule_of(f: Mapping[str, Any]) -> dict[str, Any] | None:
 def rule_text(e: Mapping[str, Any]) -> str:
     """An acceptance rule's figure against the rule's own number, the baseline's figure beside it:
     `recall 0.286 vs floor 0.60 (v1 0.789)` for `min: 0.6`, `recall 0.70 vs floor 0.739 (v1 0.789 - 0.05)`
-    for `max_drop: 0.05`. One n per rule goes beside it (`parts`). Every reader words a rule with this
-    (evidence lines, Slack, `explain`, the web pages)."""
+    for `max_drop: 0.05`, `recall 0.01 vs no floor (v1 0.03 - 0.05 < 0)` where the drop passes the bottom
+    of a 0..1 figure (a `feedback_mean`, on the user's own scale, keeps its floor). One n per rule goes
+    beside it (`parts`). Every reader words a rule with this (evidence lines, Slack, `explain`, the web
+    pages)."""
     value, against = _rule_parts(e)
     return f"{value} vs {against}" if against else value
 
@@ -89,13 +92,16 @@ def _rule_parts(e: Mapping[str, Any]) -> tuple[str, str]:
     value = f"{labels.get('metric') or 'figure'} {show(e.get('value'), u)}".strip()
     base, floor = e.get("baseline"), rule.get("floor")
     name, _, how = str(rule.get("baseline_from") or "baseline").removeprefix("version ").partition(", ")
-    beside = ""
+    beside, since = "", f", {how}" if how else ""
     if base is not None:
         drop = rule.get("max_drop") if rule.get("min") is None else None
-        beside = f"{name} {show(base, u)}" + (f" - {_own(drop)}" if drop is not None else "") + (
-            f", {how}" if how else "")
+        beside = f"{name} {show(base, u)}" + (f" - {_own(drop)}" if drop is not None else "")
     if floor is None:
-        return value, beside
+        return value, (beside + since) if beside else ""
+    if rule.get("min") is None and float(floor) < 0 and labels.get("metric") != FEEDBACK_MEAN:
+        # A drop past the bottom of a 0..1 figure: no figure can fall below it, so the rule holds no floor.
+        return value, f"no floor ({beside} < 0{since})" if beside else "no floor"
+    beside += since if beside else ""
     own = _own(floor) if rule.get("min") is not None else show(floor, u)
     return value, f"floor {own}" + (f" ({beside})" if beside else "")
 

@@ -10,6 +10,8 @@ from checks.base import Finding
 from checks.evaluate import compare_with
 from monitor.aggregate.profile import Profile
 from monitor.config import Config, Service
+from monitor.ingest.quarantine import printable
+from monitor.verdicts.evidence import named_labels, text
 from monitor.verdicts.quality import score_service, windows_holding
 from monitor.verdicts.windows import Anchors, score, store_scored, windows_for
 from storage.store import Store
@@ -82,15 +84,16 @@ def load_anchors(service: Service, store: Store) -> Anchors:
 
 
 def breach(start: datetime, end: datetime, model_version: str, finding: Finding) -> str:
-    """One line for a breaching finding of a window: start+minutes, version, check, labels, value vs baseline."""
-    return (f"{start:%Y-%m-%d %H:%M}+{int((end - start).total_seconds() // 60)}m {model_version} "
-            f"{finding.check} {describe_labels(finding.labels)}: {_num(finding.value)} vs {_num(finding.baseline)} "
-            f"(n={finding.n})")
+    """One line for a breaching finding of a window: start+minutes, version, then the finding worded as every
+    evidence line is (`evidence.text`: its value in its unit, an acceptance rule against its floor, n and
+    interval), control characters escaped (labels come from the logs and the line reaches a terminal)."""
+    low, high = finding.interval if finding.interval is not None else (None, None)
+    item = {"check": finding.check, "labels": named_labels(finding.check, finding.labels, finding.detail),
+            "value": finding.value, "baseline": finding.baseline, "n": finding.n, "interval_low": low,
+            "interval_high": high, "detail": finding.detail}
+    return printable(f"{start:%Y-%m-%d %H:%M}+{int((end - start).total_seconds() // 60)}m {model_version} "
+                     f"{text(item)}")
 
 
 def describe_labels(labels: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"

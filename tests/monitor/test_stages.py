@@ -145,4 +145,4 @@ def test_a_breach_is_one_line():
     finding = Finding("latency", {"stage": "model", "q": "p99"}, 412.3456, "breach", 120, baseline=201.0)
     start = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
     assert breach(start, start + timedelta(hours=1), "v2", finding) == (
-        "2026-11-02 10:00+60m v2 latency q=p99,stage=model: 412.3 vs 201 (n=120)")
+        "2026-11-02 10:00+60m v2 latency q=p99 stage=model: 412 ms vs 201 ms (2.1x, n=120 requests)")
