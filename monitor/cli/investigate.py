@@ -137,7 +137,7 @@ def query_metrics(
                                    segment="" if segment == "all" else segment, every=step, group_by=groups))
     # Most telling first (what stays at 80 columns): how much traffic, how slow, how much of it failed.
     cols = ["period_start", *groups, "requests", "total_p95_ms", "error_rate", "timeout_rate", "total_p99_ms",
-            "total_p50_ms", "cache_hit_rate", "reject_rate"]
+            "total_p50_ms", "cache_hit_rate", "reject_rate", *(history.RATE_OF[s] for s in history.LOGGED)]
     cols += sorted(c for c in frame.columns if c.endswith("_p99_ms") and c not in cols)
     emit(frame, fmt, out, title=f"metrics of {svc.name}, {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC",
          columns=cols, empty="no stored buckets in this range")

@@ -14,6 +14,7 @@ from monitor.aggregate import keys
 from monitor.aggregate.partial import ALL, Partial
 from monitor.aggregate.profile import Profile
 from monitor.config import Constraint, Service
+from monitor.contract import STATUSES
 from monitor.investigate import history, query
 from storage.store import Store
 
@@ -93,6 +94,11 @@ def compare(store: Store, service: Service, baseline: str, candidate: str, since
     for version, m in ((baseline, b), (candidate, c)):
         if not m.get("requests"):
             raise ValueError(f"no stored requests of version {version!r} between {since} and {until}")
+    for status in history.LOGGED:
+        if status in b or status in c:  # one version logs it: the other's none is a count of 0, not n/a
+            for m in (b, c):
+                m.setdefault(status, 0)
+                m.setdefault(history.RATE_OF[status], 0.0)
     names = _ordered(b.keys() | c.keys())
     rows = []
     for name in names:
@@ -122,7 +128,7 @@ def unit(metric: str) -> str:
         return "req/s"
     if metric.endswith(RATE_SUFFIXES) or metric == "label_coverage":
         return "share"
-    if metric in ("requests", "ok", "timeout", "rejected", "error"):
+    if metric == "requests" or metric in STATUSES:
         return "count"
     if metric == "cost_per_1k":
         return "/1k ok"
@@ -153,8 +159,9 @@ def _check(con: Constraint, b: dict, c: dict) -> dict:
             "baseline_status": base_status, "status": status}
 
 
-_ORDER = ("requests", "serving_hours", "throughput_rps", "ok", "failure_rate", "error_rate", "timeout_rate",
-          "reject_rate", "timeout", "rejected", "error", "total_p50_ms", "total_p95_ms", "total_p99_ms")
+# Health first: traffic, the failure rate, each status's rate, then each status's count but ok's.
+_ORDER = ("requests", "serving_hours", "throughput_rps", "ok", "failure_rate", *history.RATE_OF.values(),
+          *(s for s in STATUSES if s != "ok"), "total_p50_ms", "total_p95_ms", "total_p99_ms")
 
 
 def _ordered(names) -> list[str]:

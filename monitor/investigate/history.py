@@ -15,23 +15,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from checks.latency import QUANTILES
+from checks.latency import LOGGED_RATES, QUANTILES
 from monitor.aggregate import codec, keys
 from monitor.aggregate.keys import LATENCY, STAGE_PREFIX
 from monitor.aggregate.partial import ALL, Partial, merge_all
 from monitor.aggregate.sketch import Sketch
+from monitor.contract import STATUSES
 from monitor.investigate.query import QueryError, _utc_columns
 from storage.database import utc
 from storage.store import Store
 
 SIGNAL_PREFIX = keys.signal("")
+# The share of requests of each status but ok, as a column (errors first); the statuses many services never
+# log (LOGGED_RATES names them as the latency check does) have their columns only where the data holds one.
+RATE_OF = {s: {"error": "error_rate", "rejected": "reject_rate"}.get(s, f"{s}_rate")
+           for s in sorted(set(STATUSES) - {"ok"}, key=lambda s: (s != "error", STATUSES.index(s)))}
+LOGGED = tuple(s for s in STATUSES if s in LOGGED_RATES)
 
 
 def metrics(store: Store, service: str, *, since: datetime, until: datetime, model_version: str | None = None,
             segment: str = ALL, every: timedelta | None = None,
             group_by: Sequence[str] = ("model_version",), bucket_seconds: int | None = None) -> pd.DataFrame:
     """Per period of `every` (None: the whole range) and group, the merged bucket partials as columns:
-    period_start, period_end (longer than `every` where compacted buckets span several periods), requests, status counts and rates, latency quantiles in ms (total and per stage), cache hit rate,
+    period_start, period_end (longer than `every` where compacted buckets span several periods), requests,
+    status counts and rates (of the LOGGED statuses, where any row holds one), latency quantiles in ms
+    (total and per stage), cache hit rate,
     mean and p95 of each service signal. `segment`: '' (or 'all') all traffic, a segment label, or '*'
     every segment but all traffic; `group_by` picks among model_version and segment."""
     unknown = set(group_by) - {"model_version", "segment"}
@@ -44,7 +52,25 @@ def metrics(store: Store, service: str, *, since: datetime, until: datetime, mod
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=["period_start", "period_end", *group_by, "requests"])
-    return _utc_columns(frame, ("period_start", "period_end"))
+    return _utc_columns(logged_zeros(frame), ("period_start", "period_end"))
+
+
+def logged_zeros(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (rows of partial_metrics) with the LOGGED statuses' counts and rates 0 in the rows that have
+    requests but none of a status another row holds (partial_metrics leaves those columns out), each
+    column beside the other statuses' as partial_metrics orders them."""
+    counts = [s for s in LOGGED if s in frame]
+    for status in counts:
+        frame[status] = frame[status].fillna(0).astype("int64")
+        frame.loc[(frame["requests"] > 0) & frame[RATE_OF[status]].isna(), RATE_OF[status]] = 0.0
+    rates = [RATE_OF[s] for s in counts]
+    order = [c for c in frame.columns if c not in counts and c not in rates]
+    # After the last count and the last rate of the statuses every row has.
+    last_count, last_rated = ([s for s in names if s not in LOGGED][-1] for names in (STATUSES, RATE_OF))
+    for after, moved in ((last_count, counts), (RATE_OF[last_rated], rates)):
+        at = order.index(after) + 1 if after in order else len(order)
+        order[at:at] = moved
+    return frame[order]
 
 
 def merged_partials(store: Store, service: str, *, since: datetime, until: datetime,
@@ -126,8 +152,8 @@ def _periods(since: datetime, until: datetime, step: float | None, buckets: Sequ
 # Sketches and counts partial_metrics reads; the others (latency by length or replica, arrival times) are
 # left unmerged by metrics: their bins are most of a partial.
 BINCOUNT_SPAN = 1 << 16  # key ranges up to this wide are summed with bincount
-HEALTH_COUNTS = (keys.ROWS, keys.STAGE_ROWS, keys.OK, keys.TIMEOUT, keys.REJECTED, keys.ERROR,
-                 keys.cache_hit(), keys.cache_miss())
+HEALTH_COUNTS = (keys.ROWS, keys.STAGE_ROWS, *(keys.status(s) for s in STATUSES), keys.cache_hit(),
+                 keys.cache_miss())
 
 
 def _health_sketch(name: str) -> bool:
@@ -234,15 +260,17 @@ def _add_bins(values: np.ndarray, keys_at: np.ndarray, lengths: np.ndarray, coun
 
 
 def partial_metrics(part: Partial) -> dict[str, Any]:
-    """What a merged partial says about service health: counts, rates (0..1), quantiles (ms), signals."""
+    """What a merged partial says about service health: counts, rates (0..1), quantiles (ms), signals. The
+    LOGGED statuses' count and rate only when the partial holds one."""
     c = part.counts
     n = part.rows
     out: dict[str, Any] = {"requests": n}
-    for status in ("ok", "timeout", "rejected", "error"):
+    shown = [s for s in STATUSES if s not in LOGGED or c[keys.status(s)]]
+    for status in shown:
         out[status] = c[keys.status(status)]
-    for name, key in (("error_rate", keys.ERROR), ("timeout_rate", keys.TIMEOUT),
-                      ("reject_rate", keys.REJECTED)):
-        out[name] = c[key] / n if n else None
+    for status, name in RATE_OF.items():
+        if status in shown:
+            out[name] = c[keys.status(status)] / n if n else None
     lookups = c[keys.cache_hit()] + c[keys.cache_miss()]
     out["cache_hit_rate"] = c[keys.cache_hit()] / lookups if lookups else None
     for key in sorted(part.sketches):

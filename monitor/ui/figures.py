@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from monitor.investigate.history import LOGGED, RATE_OF
 from monitor.investigate.query import jsonable
 
 PSI_FLOOR = 0.1  # the drift check's default PSI floor, drawn as a guide
@@ -25,6 +26,8 @@ PLAIN = {"exponentformat": "none", "separatethousands": True}
 DIGITS = ",.3~r"
 # Room above the plot for plotly's toolbar (px), so it covers neither the plot's title nor its data.
 TOOLBAR = 32
+# Each status's rate (history's columns) as a chart names it: errors, timeouts, rejects, cancelled, truncated.
+RATE_LABELS = {rate: status if status in LOGGED else f"{rate.split('_')[0]}s" for status, rate in RATE_OF.items()}
 
 
 def _axis(axis: dict[str, Any]) -> dict[str, Any]:
@@ -83,14 +86,15 @@ def stage_lines(metrics: pd.DataFrame, quantile: str, shapes: list[dict[str, Any
 
 
 def traffic(metrics: pd.DataFrame, shapes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Requests per hour (left axis) and the error, timeout and reject rates in % (right axis)."""
+    """Requests per hour (left axis) and the error, timeout and reject rates in % (right axis), and the
+    cancelled and truncated rates where the range holds one (history's columns)."""
     hours = (metrics["period_end"] - metrics["period_start"]).dt.total_seconds() / 3600
     data = [{"type": "bar", "name": "requests per hour", "x": _times(metrics["period_start"]),
              "y": _values(metrics["requests"] / hours), "marker": {"color": "#bab0ac"},
              "hovertemplate": "%{y:,.0f} req/h"}]
-    for i, name in enumerate(("error_rate", "timeout_rate", "reject_rate")):
+    for i, (name, label) in enumerate(RATE_LABELS.items()):
         if name in metrics:
-            data.append({"type": "scatter", "mode": "lines", "name": f"{name.split('_')[0]}s (%)", "yaxis": "y2",
+            data.append({"type": "scatter", "mode": "lines", "name": f"{label} (%)", "yaxis": "y2",
                          "x": _times(metrics["period_start"]), "y": _values(metrics[name] * 100),
                          "line": {"color": COLORS[(i + 3) % len(COLORS)]}, "hovertemplate": "%{y:.2f} %"})
     return {"data": data, "layout": _layout(
@@ -181,10 +185,16 @@ def stacked_stages(before: dict[str, float], during: dict[str, float]) -> dict[s
 
 
 def failure_bars(before: dict[str, float | None], during: dict[str, float | None]) -> dict[str, Any]:
-    """Error, timeout and reject rates (%) before vs during."""
-    names = ["error_rate", "timeout_rate", "reject_rate"]
-    data = [{"type": "bar", "name": span, "x": [n.split("_")[0] + "s" for n in names],
-             "y": [None if values.get(n) is None else values[n] * 100 for n in names],
+    """Error, timeout and reject rates (%) before vs during (partial_metrics of each span); the cancelled and
+    truncated rates too when either span holds one (0 in a span with requests and none)."""
+    logged = {RATE_OF[s] for s in LOGGED}
+    names = [n for n in RATE_LABELS if n not in logged or n in before or n in during]
+
+    def rate(values: dict[str, float | None], name: str) -> float | None:
+        value = values.get(name, 0.0 if name in logged and values.get("requests") else None)
+        return None if value is None else value * 100
+
+    data = [{"type": "bar", "name": span, "x": [RATE_LABELS[n] for n in names], "y": [rate(values, n) for n in names],
              "hovertemplate": "%{y:.2f} %"} for span, values in (("before", before), ("during", during))]
     return {"data": data, "layout": _layout("Failure rates", {"title": {"text": "share of requests (%)"},
                                                               "rangemode": "tozero"},

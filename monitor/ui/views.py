@@ -19,7 +19,7 @@ from monitor.alerts.alert import SEVERITY_RANK
 from monitor.config import Config, Service
 from monitor.investigate import history, query
 from monitor.investigate.explain import BEFORE, LABEL_WINDOW_MAX, QUALITY_CHECKS, explain
-from monitor.investigate.logs import LogsError, drill
+from monitor.investigate.logs import SLOWEST, LogsError, drill
 from monitor.investigate.query import jsonable, why
 from monitor.ui import figures
 from monitor.verdicts.evidence import rule_text
@@ -414,11 +414,12 @@ def quarantine(cfg: Config, store: Store, service: str, now: datetime, span: tim
 
 def requests(cfg: Config, store: Store, incident_id: int, now: datetime, stage: str | None = None,
              top: int = 20) -> dict[str, Any]:
-    """The incident's slowest requests (the `query logs` drill-down over its windows), no feature values."""
+    """The incident's slowest requests (the `query logs` drill-down over its windows, as its default picks
+    them: the slowest SLOWEST share of the range's requests), no feature values."""
     inc, svc = _incident(cfg, store, incident_id)
     since, until = _start(inc), _end(inc, last_tick(store, svc.name, now))
     try:
-        result = drill(svc, cfg.limits, since=since, until=until, stage=stage, top=top, now=now)
+        result = drill(svc, cfg.limits, since=since, until=until, stage=stage, top=top, now=now, slowest=SLOWEST)
     except (LogsError, OSError) as exc:
         return {"incident": inc, "service": svc.name, "stage": stage, "error": str(exc), "since": since,
                 "until": until}
@@ -426,7 +427,7 @@ def requests(cfg: Config, store: Store, incident_id: int, now: datetime, stage: 
     columns = list(result.requests.columns)
     return {"incident": inc, "service": svc.name, "stage": stage, "error": None, "since": since, "until": until,
             "measure": measure, "columns": columns, "rows": result.requests[columns].to_dict("records"),
-            "matched": result.matched, "scanned": result.scanned,
+            "matched": result.matched, "scanned": result.scanned, "min_ms": result.min_ms, "slowest": result.slowest,
             "aggregates": result.aggregates.head(15).to_dict("records")}
 
 
