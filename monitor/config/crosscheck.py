@@ -1,6 +1,7 @@
 """The checks across one service's sections: a name one section uses that another must declare (an
 acceptance rule's group, a `values:` map's field or target), a column read twice (by a `columns:` mapping
-and as a schema field, or listed twice), and what is configured but never read. `errors` are config errors
+and as a schema field, or listed twice), and what is configured but never read; and `metrics.groups`
+against the services' quality groups. `errors` are config errors
 (what they name can never be read or run); `warnings` are printed by every command that loads the config."""
 
 from __future__ import annotations
@@ -25,11 +26,17 @@ def nearest(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {by_case[close[0]]!r}?" if close else ""
 
 
+def length_buckets(text: str, edges: list[float]) -> list[tuple[str, float, float]]:
+    """A text feature's length buckets as (group name, lowest length, length it stays below), in
+    characters: `notes_length<512` (-inf, 512), `notes_length>=512` (512, inf)."""
+    bounds = [-math.inf, *edges, math.inf]
+    return [(f"{text}_length<{hi:g}" if lo == -math.inf else f"{text}_length>={lo:g}" if hi == math.inf
+             else f"{lo:g}<={text}_length<{hi:g}", lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def length_groups(text: str, edges: list[float]) -> list[str]:
     """The group names of a text feature's length buckets (`notes_length<512`, `notes_length>=512`)."""
-    bounds = [-math.inf, *edges, math.inf]
-    return [f"{text}_length<{hi:g}" if lo == -math.inf else f"{text}_length>={lo:g}" if hi == math.inf
-            else f"{lo:g}<={text}_length<{hi:g}" for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [name for name, _, _ in length_buckets(text, edges)]
 
 
 def group_names(service: Service) -> list[str]:
@@ -44,6 +51,30 @@ def group_names(service: Service) -> list[str]:
 def cross_errors(service: Service) -> list[str]:
     """What in `service`'s config can never be read or run, one line each, starting with its path."""
     return _duplicates(service) + _read_twice(service) + _maps(service) + _rule_groups(service)
+
+
+def metrics_errors(groups: list[str], services: list[Service]) -> list[str]:
+    """`metrics.groups` naming a group no service's quality section scores (`all`, a `quality.groups` name, a
+    length bucket, `<segment>=<value>`): its series would never be exported. One line each, with its path."""
+    scored = [s for s in services if s.quality is not None]
+    known = list(dict.fromkeys(g for s in scored for g in group_names(s) if g != "*"))
+    segments = list(dict.fromkeys(seg for s in scored for seg in s.schema_.segments))
+    out = []
+    for i, group in enumerate(groups):
+        column, eq, _ = group.partition("=")
+        if group in known or (eq and column in segments):
+            continue
+        where = f"metrics.groups[{i}]: {group!r}"
+        if not scored:
+            out.append(f"{where}: no service has a `quality:` section, so no group is scored")
+        elif eq:
+            out.append(f"{where}: {column!r} is not a segment of a service with a quality section"
+                       f"{nearest(column, segments)} (segments: {', '.join(segments) or 'none'})")
+        else:
+            names = known + [f"{seg}=<value>" for seg in segments]
+            out.append(f"{where} is not a quality group{nearest(group, names)} (groups: {', '.join(names)}); "
+                       f"its series would never be exported")
+    return out
 
 
 def cross_warnings(service: Service) -> list[str]:

@@ -27,7 +27,8 @@ class MetricsExport(StrictModel):
     windows: list[Duration] = Field(default_factory=list)  # window lengths exported; empty: every configured one
     # Fields with per-field series (missing, out of range, unseen, drift); empty: the first `top_k` declared.
     fields: list[str] = Field(default_factory=list)
-    # Quality groups exported; empty: `all` and the largest other groups (by labelled n) up to `top_k`.
+    # Quality groups exported; empty: `all` and the largest other groups (by labelled n) up to `top_k`. Each
+    # must be a group a service's quality section scores (monitor.config.crosscheck.metrics_errors).
     groups: list[str] = Field(default_factory=list)
     top_k: int = Field(10, ge=1)
     max_series: int = Field(10_000, ge=1)

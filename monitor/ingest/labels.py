@@ -14,6 +14,7 @@ import pandas as pd
 from monitor.aggregate.profile import lengths
 from monitor.classes import class_names
 from monitor.config import Config, Service, expression_columns
+from monitor.config.crosscheck import length_buckets
 from monitor.contract import Reason, RecordKind, Reject, excerpt
 from monitor.ingest.accept import Intake, Rejected, quarantine_rows
 from monitor.ingest.sources import open_source
@@ -155,10 +156,7 @@ def groups(attrs: pd.DataFrame, service: Service) -> dict[str, np.ndarray]:
                 out[f"{seg}={v}"] = (values.astype(str) == v).to_numpy() & values.notna().to_numpy()
     for text, edges in (q.length_buckets.items() if q else ()):
         col = attrs[text + LENGTH_SUFFIX].to_numpy(float) if text + LENGTH_SUFFIX in attrs else np.full(n, np.nan)
-        bounds = [-math.inf, *edges, math.inf]
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            name = (f"{text}_length<{hi:g}" if lo == -math.inf else f"{text}_length>={lo:g}" if hi == math.inf
-                    else f"{lo:g}<={text}_length<{hi:g}")
+        for name, lo, hi in length_buckets(text, edges):
             out[name] = (col >= lo) & (col < hi)
     for name, expression in (q.groups.items() if q else ()):
         out[name] = _eval(attrs, expression)

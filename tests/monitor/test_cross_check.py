@@ -196,3 +196,42 @@ def test_the_cursor_of_a_sql_source_is_not_an_unread_column(tmp_path, monkeypatc
     assert code == 0, text
     assert "row_id: the cursor column" in text
     assert "columns no field is read from" not in text
+
+
+def test_metrics_groups_name_groups_a_quality_section_scores(tmp_path):
+    from monitor.config.crosscheck import metrics_errors
+
+    logs(tmp_path)
+    raw = base_config(tmp_path)
+    raw["services"][0]["schema"]["features"]["notes"] = "text"
+    raw["services"][0]["quality"]["length_buckets"] = {"notes": [40]}
+    services = config_mod.parse(raw).services
+    assert metrics_errors(["all", "young_wives", "occupation=2", "notes_length>=40"], services) == []
+    [group, segment, star] = metrics_errors(["young_wive", "occupaton=2", "*"], services)
+    assert group.startswith("metrics.groups[0]: 'young_wive' is not a quality group; did you mean 'young_wives'?")
+    assert "its series would never be exported" in group
+    assert segment == ("metrics.groups[1]: 'occupaton=2': 'occupaton' is not a segment of a service with a "
+                       "quality section; did you mean 'occupation'? (segments: occupation)")
+    assert star.startswith("metrics.groups[2]: '*' is not a quality group")  # a rule's wildcard, not a group
+    del raw["services"][0]["quality"], raw["services"][0]["sources"]["labels"]
+    assert metrics_errors(["all"], config_mod.parse(raw).services) == [
+        "metrics.groups[0]: 'all': no service has a `quality:` section, so no group is scored"]
+
+
+def test_the_length_buckets_quality_scores_are_the_groups_the_config_knows(tmp_path):
+    from monitor.config.crosscheck import length_buckets, length_groups
+    from monitor.ingest.labels import groups
+
+    logs(tmp_path)
+    raw = base_config(tmp_path)
+    raw["services"][0]["schema"]["features"]["notes"] = "text"
+    raw["services"][0]["quality"]["length_buckets"] = {"notes": [40, 200.5]}
+    service = config_mod.parse(raw).services[0]
+    buckets = length_buckets("notes", [40, 200.5])
+    assert [name for name, _, _ in buckets] == length_groups("notes", [40, 200.5]) == [
+        "notes_length<40", "40<=notes_length<200.5", "notes_length>=200.5"]
+    lengths = np.array([0, 39, 40, 200, 200.5, 1e6, np.nan])
+    masks = groups(pd.DataFrame({"notes_length": lengths, "age": 30.0, "occupation": "2"}), service)
+    assert [g for g in masks if g.startswith(("notes", "40"))] == [name for name, _, _ in buckets]
+    for name, lo, hi in buckets:
+        assert masks[name].tolist() == [bool(lo <= x < hi) for x in lengths], name
