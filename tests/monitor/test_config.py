@@ -129,6 +129,11 @@ def test_example_config_is_valid_once_its_directories_exist(tmp_path):
         (tmp_path / "logs" / name).mkdir(parents=True)
     cfg = parse(yaml.safe_load(config_mod.example()), base_dir=tmp_path)
     assert cfg.services[0].schema_.positive_class == "Yes"
+    # Its commented values: example loads once uncommented, mapping the service's own status words.
+    example = "# values: {status: {finished: ok, aborted: cancelled}}"
+    assert config_mod.example().count(example) == 1
+    cfg = parse(yaml.safe_load(config_mod.example().replace(example, example[2:])), base_dir=tmp_path)
+    assert cfg.services[0].sources.predictions.values == {"status": {"finished": "ok", "aborted": "cancelled"}}
 
 
 def test_load_reports_missing_file_and_bad_yaml(tmp_path, monkeypatch):
