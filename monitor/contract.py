@@ -61,6 +61,7 @@ DURATIONS = ("duration_ms", "latency_ms", "ttft_ms")
 class Reason(StrEnum):
     """Why a row was quarantined; one code per row, the first that applies in this order."""
 
+    oversize_line = "oversize_line"  # a line longer than limits.max_line_bytes, passed over unparsed
     invalid_encoding = "invalid_encoding"  # bytes that are not UTF-8
     unparseable = "unparseable"  # not a JSON object / CSV row of the header's width
     oversize_field = "oversize_field"  # a line or field longer than limits.max_field_chars, or JSON nested > 64 deep

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 import types
 import typing
 from pathlib import Path
@@ -20,6 +21,11 @@ from monitor.config.model import Config, Storage
 DEFAULT_PATH = "tailwatch.yaml"
 ENV_CONFIG = "TAILWATCH_CONFIG"
 _UNION_TAGS = ("files", "sql")
+# A config is a few kilobytes: these bound what a hostile or mistaken file (a 100 MB file, /dev/zero, a
+# "billion laughs" of nested aliases) can make the loader read, hold and validate.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_ALIASES = 1000  # uses of anchors
+MAX_NODES = 1_000_000  # values once every alias is expanded, as validation walks them
 
 
 def _format_errors(exc: ValidationError, root: type[BaseModel] = Config) -> str:
@@ -125,22 +131,83 @@ class _UniqueKeys(yaml.SafeLoader):
                     "the second would silently replace the first", key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases = getattr(self, "_aliases", 0) + 1
+            if self._aliases > MAX_ALIASES:
+                raise yaml.composer.ComposerError(None, None, f"more than {MAX_ALIASES:,} aliases",
+                                                  self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded(node)
+        return node
+
+
+def _expanded(root: yaml.Node) -> int:
+    """How many values `root` holds with every alias expanded (each node counted once per use, shared ones
+    counted once and reused); a composer error past MAX_NODES or for an alias inside itself."""
+    sizes: dict[int, int] = {}
+    # Iterative, children before their parent: nesting as deep as the parser allows costs no recursion.
+    todo: list[tuple[yaml.Node, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while todo:
+        node, children_done = todo.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        if not children_done:
+            if key in open_:
+                raise yaml.composer.ComposerError(None, None, "an alias refers to a value that holds it",
+                                                  node.start_mark)
+            open_.add(key)
+            todo.append((node, True))
+            todo += [(child, False) for child in children if id(child) not in sizes]
+            continue
+        open_.discard(key)
+        sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+        if sizes[key] > MAX_NODES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases "
+                                              "are expanded", node.start_mark)
+    return sizes[id(root)]
+
 
 def safe_load(text: str) -> Any:
-    """`text` as YAML (safe types only), a key written twice in one mapping an error."""
+    """`text` as YAML (safe types only), a key written twice in one mapping an error; at most MAX_ALIASES
+    aliases and MAX_NODES values with them expanded."""
     return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader subclass
 
 
 def _read(path: str | os.PathLike | None) -> tuple[Path, Any]:
     path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_PATH)
     try:
-        return path, safe_load(path.read_text(encoding="utf-8"))
+        text = _bounded_text(path)
+        return path, safe_load(text)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path} (create one with `tailwatch init`)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deep") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def _bounded_text(path: Path) -> str:
+    """The text of the config file at `path`, at most MAX_CONFIG_BYTES; ConfigError for a device, a
+    directory or a longer file (read no further than that)."""
+    with open(path, "rb") as fh:
+        mode = os.fstat(fh.fileno()).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe: `--config <(...)`
+            raise ConfigError(f"cannot read config file {path}: not a regular file")
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES:,} bytes: not a config")
+    return data.decode("utf-8")
 
 
 def parse(raw: Any, base_dir: Path = Path(".")) -> Config:

@@ -62,6 +62,10 @@ class Limits(StrictModel):
     chunk_bytes: int = Field(32 * 1024 * 1024, gt=0)
     # A tick that quarantines more than this share of the rows it read says so (tick record, log, `tick`).
     max_quarantine_share: float = Field(0.5, ge=0, le=1)
+    # A longer line is quarantined (oversize_line) as it streams past, never held whole.
+    max_line_bytes: int = Field(1024 * 1024, gt=0)
+    # Decompressed bytes read from one .gz file in one tick; the rest waits for the next tick.
+    max_decompressed_bytes_per_tick: int = Field(1024 * 1024 * 1024, gt=0)
 
 
 # --- daemon ---

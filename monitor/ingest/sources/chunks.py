@@ -7,12 +7,16 @@ import gzip
 import os
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from monitor.contract import EXCERPT_CHARS, RAW_BYTES, Reason, Reject, excerpt
+
 _SCAN_BYTES = 64 << 10  # bytes per numpy call when scanning a buffer (see scan)
+_STEP = 1 << 20  # bytes per read while passing over a long line
 BOM = b"\xef\xbb\xbf"
 
 
@@ -26,21 +30,58 @@ def _open(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+@dataclass(frozen=True, slots=True)
+class LongLine:
+    """A line longer than a chunk and than limits.max_line_bytes, passed over without being held whole.
+
+    `start`..`end` (byte offsets, decompressed for .gz) is the stretch passed over: the line and its newline
+    when `ended`; else as far as the read went (the end of the file, or of the tick's bytes), its rest
+    to be passed over by the next read. `new`: the line starts here (quarantine it, count it); false when
+    a read resumes inside a line an earlier read quarantined. `length`: its bytes so far, newline excluded.
+    """
+
+    start: int
+    end: int
+    length: int
+    head: bytes  # its first bytes (at most RAW_BYTES; empty unless `new`)
+    ended: bool
+    new: bool
+
+
+Chunk = tuple[bytes, int] | LongLine
+
+
+def oversize_line(position: str, length: int, head: bytes, limit: int, ended: bool = True) -> Reject:
+    """The `oversize_line` reject of a line of `length` bytes (at least, unless `ended`) starting `head`."""
+    size = f"{length:,} bytes" if ended else f"at least {length:,} bytes"
+    return Reject(position, Reason.oversize_line,
+                  excerpt(f"a line of {size}, over limits.max_line_bytes ({limit:,}): "
+                          + head[:EXCERPT_CHARS].decode("utf-8", errors="replace")),
+                  raw=head[:RAW_BYTES])
+
+
 def complete_chunks(path: Path, offset: int, chunk_bytes: int,
-                     chunk_rows: int | None = None) -> Iterator[tuple[bytes, int]]:
+                     chunk_rows: int | None = None, **bounds) -> Iterator[tuple[bytes, int]]:
     """Stretches of whole lines after byte `offset` (decompressed offset for .gz), with the end offset.
 
-    A stretch holds at most `chunk_bytes` bytes (unless one line is longer) and `chunk_rows` lines.
-    A last line without its newline is left for a later read: it may still be being written.
+    A stretch holds at most `chunk_bytes` bytes (unless one line is longer: up to `max_line` bytes, see
+    `byte_chunks`) and `chunk_rows` lines. A last line without its newline is left for a later read: it
+    may still be being written. Lines passed over as too long are not among them.
     """
-    for buf, end, _ in line_chunks(path, offset, chunk_bytes, chunk_rows):
-        yield buf, end
+    for item in line_chunks(path, offset, chunk_bytes, chunk_rows, **bounds):
+        if not isinstance(item, LongLine):
+            yield item[0], item[1]
 
 
-def line_chunks(path: Path, offset: int, chunk_bytes: int,
-                 chunk_rows: int | None = None) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
-    """`complete_chunks`, with the position of each newline in the stretch when it was found (else None)."""
-    for buf, end in byte_chunks(path, offset, chunk_bytes):
+def line_chunks(path: Path, offset: int, chunk_bytes: int, chunk_rows: int | None = None,
+                 **bounds) -> Iterator[tuple[bytes, int, np.ndarray | None] | LongLine]:
+    """`complete_chunks`, with the position of each newline in the stretch when it was found (else None),
+    and the lines passed over (`LongLine`) in their place."""
+    for item in byte_chunks(path, offset, chunk_bytes, **bounds):
+        if isinstance(item, LongLine):
+            yield item
+            continue
+        buf, end = item
         if chunk_rows is None or len(buf) <= chunk_rows:  # each line holds a newline: no more lines than bytes
             yield buf, end, None
             continue
@@ -74,16 +115,38 @@ def scan(arr: np.ndarray, hit: Callable[[np.ndarray], np.ndarray]) -> np.ndarray
     return np.concatenate([np.flatnonzero(hit(arr[p:p + _SCAN_BYTES])) + p for p in range(0, len(arr), _SCAN_BYTES)])
 
 
-def byte_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
-    """`complete_chunks` by bytes only."""
+def byte_chunks(path: Path, offset: int, chunk_bytes: int, max_line: int | None = None,
+                budget: int | None = None, inside: bool = False) -> Iterator[Chunk]:
+    """`complete_chunks` by bytes only, and the lines passed over.
+
+    A line longer than `chunk_bytes` is handed over whole up to `max_line` bytes (None: any length); a
+    longer one is passed over in bounded reads and given as a `LongLine`. `inside`: `offset` is inside a
+    line an earlier read passed over, whose rest is passed over first. `budget`: for .gz, the decompressed
+    bytes past `offset` this read may take (None: all); the read stops at the last whole line (or inside
+    a long line) past it.
+    """
+    max_line = max_line if max_line is not None else 1 << 62
     if path.suffix != ".gz":
-        yield from _plain_chunks(path, offset, chunk_bytes)
+        yield from _plain_chunks(path, offset, chunk_bytes, max_line, inside)
         return
     pieces = _gzip_pieces(path, offset)
+    if budget is not None:
+        pieces = _within(pieces, budget)
+
+    def more() -> bytes:
+        return next(pieces, b"")
+
+    carry = b""
+    if inside:
+        _, long, carry = _pass_over(more, offset, b"", max_line, new=False)
+        yield long
+        if not long.ended:
+            return
+        offset = long.end
     # Pieces are gathered in a list and joined once per chunk: `carry += piece` would copy the growing
     # chunk again for every piece.
-    parts: list[bytes] = []
-    size = 0
+    parts: list[bytes] = [carry]
+    size = len(carry)
     for piece in pieces:
         parts.append(piece)
         size += len(piece)
@@ -92,10 +155,27 @@ def byte_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[byt
         carry = b"".join(parts)
         while len(carry) >= chunk_bytes:
             cut = carry.rfind(b"\n", 0, chunk_bytes) + 1
-            if cut == 0:  # one line longer than a chunk: hand it over whole, the parser quarantines it
-                cut = carry.find(b"\n") + 1
-                if cut == 0:
-                    break
+            if cut == 0:  # one line longer than a chunk
+                k = carry.find(b"\n")
+                if 0 <= k <= max_line:  # not too long: handed over whole, the parser decides
+                    cut = k + 1
+                elif k > max_line:
+                    yield LongLine(offset, offset + k + 1, k, carry[:RAW_BYTES], True, True)
+                    offset, carry = offset + k + 1, carry[k + 1:]
+                    continue
+                else:
+                    whole, long, carry = _pass_over(more, offset, carry, max_line)
+                    if whole is not None:
+                        offset += len(whole)
+                        yield whole, offset
+                        continue
+                    if long is None:
+                        return  # an unfinished last line, not too long yet: it waits for a later read
+                    yield long
+                    if not long.ended:
+                        return
+                    offset = long.end
+                    continue
             offset += cut
             yield carry[:cut], offset
             carry = carry[cut:]
@@ -106,7 +186,39 @@ def byte_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[byt
         yield carry if cut == len(carry) else carry[:cut], offset + cut
 
 
-def _plain_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
+def _pass_over(more: Callable[[], bytes], start: int, first: bytes, max_line: int,
+               new: bool = True) -> tuple[bytes | None, LongLine | None, bytes]:
+    """Read on to the end of a line whose first bytes `first` (at `start`) hold no newline, by `more()`
+    (b"" at the end of what may be read). Returns (the line with its newline while no longer than
+    `max_line`, or None; else the LongLine passed over; the bytes read after the line's newline). Both None
+    at the end of what may be read before the line passed `max_line`: it waits for a later read."""
+    parts = [first] if new else []
+    length = len(first)
+    held = new and length <= max_line
+    head = first[:RAW_BYTES]
+    while True:
+        piece = more()
+        if not piece:
+            if held:
+                return None, None, b""
+            return None, LongLine(start, start + length, length, head, False, new), b""
+        k = piece.find(b"\n")
+        length += len(piece) if k < 0 else k
+        if new and len(head) < RAW_BYTES:
+            head += piece[:RAW_BYTES - len(head)]
+        if held and length > max_line:
+            held, parts = False, []  # too long: nothing more of it is kept
+        if k < 0:
+            if held:
+                parts.append(piece)
+            continue
+        if held:
+            parts.append(piece[:k + 1])
+            return b"".join(parts), None, piece[k + 1:]
+        return None, LongLine(start, start + length + 1, length, head if new else b"", True, new), piece[k + 1:]
+
+
+def _plain_chunks(path: Path, offset: int, chunk_bytes: int, max_line: int, inside: bool) -> Iterator[Chunk]:
     """`byte_chunks` of an uncompressed file: each chunk read once, at its size, where it starts.
 
     The end of a chunk (its last newline within `chunk_bytes`) is found in a short read of its tail first,
@@ -115,6 +227,17 @@ def _plain_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[b
     probe = min(chunk_bytes, 1 << 16)
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
+
+        def more() -> bytes:  # a long line is read on in steps, never past the size seen at the start
+            return fh.read(max(0, min(_STEP, size - fh.tell())))
+
+        if inside:
+            fh.seek(offset)
+            _, long, _ = _pass_over(more, offset, b"", max_line, new=False)
+            yield long
+            if not long.ended:
+                return
+            offset = long.end
         while offset < size:
             span = min(chunk_bytes, size - offset)
             fh.seek(offset + span - probe if span > probe else offset)
@@ -135,18 +258,18 @@ def _plain_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[b
                 if cut == 0:
                     if span < chunk_bytes:
                         return  # an unfinished last line: it waits for a later read
-                    # One line longer than a chunk: hand it over whole, the parser quarantines it.
-                    parts = [buf]
-                    while True:
-                        more = fh.read(chunk_bytes)
-                        if not more:
+                    # One line longer than a chunk: handed over whole while not too long (the parser
+                    # decides), else passed over.
+                    whole, long, _ = _pass_over(more, offset, buf, max_line)
+                    if whole is None and long is None:
+                        return  # unfinished, not too long yet: it waits for a later read
+                    if long is not None:
+                        yield long
+                        if not long.ended:
                             return
-                        j = more.find(b"\n")
-                        if j >= 0:
-                            parts.append(more[:j + 1])
-                            break
-                        parts.append(more)
-                    buf = b"".join(parts)
+                        offset = long.end
+                        continue
+                    buf = whole
                     cut = len(buf)
                 elif cut < len(buf):
                     buf = buf[:cut]
@@ -154,23 +277,42 @@ def _plain_chunks(path: Path, offset: int, chunk_bytes: int) -> Iterator[tuple[b
             yield buf, offset
 
 
+def _within(pieces: Iterator[bytes], budget: int) -> Iterator[bytes]:
+    """The first `budget` bytes of `pieces`."""
+    left = budget
+    for piece in pieces:
+        if len(piece) >= left:
+            yield piece[:left]
+            return
+        yield piece
+        left -= len(piece)
+
+
 def _gzip_pieces(path: Path, offset: int, size: int = 4 << 20) -> Iterator[bytes]:
-    """Decompressed bytes after `offset`; a stream still being written yields what is complete so far."""
+    """Decompressed bytes after `offset`, at most `size` at a time whatever the compression ratio; a stream
+    still being written yields what is complete so far."""
     skip = offset
     with open(path, "rb") as fh:
         decomp = zlib.decompressobj(wbits=47)
-        while raw := fh.read(size):
-            while raw:
-                out = decomp.decompress(raw)
-                raw = b""
-                if decomp.eof:  # concatenated gzip members
-                    raw = decomp.unused_data
-                    decomp = zlib.decompressobj(wbits=47)
-                if skip:
-                    dropped = min(skip, len(out))
-                    out, skip = out[dropped:], skip - dropped
-                if out:
-                    yield out
+        raw, pending = b"", False
+        while True:
+            if not raw and not pending:
+                raw = fh.read(1 << 20)
+                if not raw:
+                    return
+            out = decomp.decompress(raw, size)
+            # A full piece may leave output inside the decompressor with no input left: asked for again.
+            pending = len(out) == size
+            if decomp.eof:  # concatenated gzip members
+                raw, pending = decomp.unused_data, False
+                decomp = zlib.decompressobj(wbits=47)
+            else:
+                raw = decomp.unconsumed_tail
+            if skip:
+                dropped = min(skip, len(out))
+                out, skip = out[dropped:], skip - dropped
+            if out:
+                yield out
 
 
 def line_bounds(buf: bytes, newlines: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from monitor.config import Limits
-from monitor.contract import Reason, Reject, excerpt
+from monitor.contract import RAW_BYTES, Reason, Reject, excerpt
 from monitor.ingest.sources.batch import LINE, empty_frame
-from monitor.ingest.sources.chunks import bad_utf8_lines, line_bounds
+from monitor.ingest.sources.chunks import bad_utf8_lines, line_bounds, oversize_line
 from monitor.ingest.sources.tables import to_frame
 
 
@@ -26,8 +26,11 @@ def parse_csv(buf: bytes, header: bytes, skip_header: bool, first_line: int, fil
     if skip_header:
         buf, first_line = buf[buf.index(b"\n") + 1:], first_line + 1
     starts, ends = line_bounds(buf)
-    rejects = [Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding, excerpt(buf[starts[i]:ends[i]]))
-               for i in sorted(bad_utf8_lines(buf, starts))]
+    long = np.flatnonzero(ends - starts > limits.max_line_bytes)
+    rejects = [oversize_line(f"{file}:{first_line + i + 1}", int(ends[i] - starts[i]), buf[starts[i]:starts[i] + RAW_BYTES],
+                             limits.max_line_bytes) for i in long]
+    rejects += [Reject(f"{file}:{first_line + i + 1}", Reason.invalid_encoding, excerpt(buf[starts[i]:ends[i]]))
+                for i in sorted(bad_utf8_lines(buf, starts) - set(long.tolist()))]
     keep = np.arange(len(ends), dtype=np.int64)
     # Blank lines hold no row, and pyarrow skips them: dropped here so its row numbers map back to lines.
     blank = [int(i) for i in np.flatnonzero(ends - starts <= 2) if not buf[starts[i]:ends[i]].strip()]

@@ -32,7 +32,7 @@ from monitor.ingest.sources.batch import (
     empty_frame,
     format_of,
 )
-from monitor.ingest.sources.chunks import BOM, first_line_of, line_chunks
+from monitor.ingest.sources.chunks import BOM, LongLine, first_line_of, line_chunks, oversize_line
 from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.identity import (
     MAX_FP,
@@ -50,6 +50,8 @@ from storage.offsets import OffsetState
 _SMALL_FILES = 4096  # small files parsed (and their offsets committed) together, at most
 # JSON Lines chunks a read holds at once: the next batch's, and the one read and queued while it parses.
 _CHUNKS_AHEAD = 2
+# A file's cursor while a read stopped inside a line too long to hold (see _passed_over).
+INSIDE_LINE = "inside_line"
 
 
 class DirectorySource:
@@ -221,7 +223,7 @@ class DirectorySource:
 
     def _small_size(self, plan: Plan) -> tuple[int, int] | None:
         """Bytes and lines left to read in a file held whole, when they fit in one batch (else None)."""
-        if not plan.whole or plan.fmt not in ("jsonl", "csv") or plan.events:
+        if not plan.whole or plan.fmt not in ("jsonl", "csv") or plan.events or plan.state.cursor == INSIDE_LINE:
             return None
         rest = len(plan.head) - plan.state.offset
         if rest > self.limits.chunk_bytes:
@@ -351,8 +353,21 @@ class DirectorySource:
         # parse, so reading, pre-checks and parsing overlap; batches still come out in order, each with the
         # offsets of its own chunk, and at most _CHUNKS_AHEAD chunks are held at once.
         ahead: deque[tuple[OffsetState, Parsed]] = deque()
-        for buf, offset, newlines in line_chunks(path, state.offset, self.limits.chunk_bytes,
-                                                  self.limits.chunk_rows):
+        limits = self.limits
+        for item in line_chunks(path, state.offset, limits.chunk_bytes, limits.chunk_rows,
+                                max_line=limits.max_line_bytes, budget=limits.max_decompressed_bytes_per_tick,
+                                inside=state.cursor == INSIDE_LINE):
+            if isinstance(item, LongLine):
+                if not (item.new or item.ended or item.end > item.start):
+                    continue  # still inside the line passed over, and nothing more of it written
+                while ahead:  # batches keep the order of their lines
+                    yield self._parsed_batch(path, *ahead.popleft(), events)
+                    events = []
+                state, rejects = _passed_over(state, item, path.name, limits.max_line_bytes)
+                yield Batch(self.name, path.name, empty_frame(), rejects, state, events)
+                events = []
+                continue
+            buf, offset, newlines = item
             if state.offset == 0 and buf.startswith(BOM):
                 buf, newlines = buf[len(BOM):], None
             first_line = state.line
@@ -393,6 +408,19 @@ def _left(plan: Plan) -> tuple[str, int, int, int, bool]:
         return plan.key, plan.state.line, rows, plan.size * max(rows - plan.state.line, 0) // max(rows, 1), True
     end = len(plan.head) if plan.gz and plan.whole else plan.size
     return plan.key, start, end, max(end - start, 0), False
+
+
+def _passed_over(state: OffsetState, line: LongLine, file: str, limit: int) -> tuple[OffsetState, list[Reject]]:
+    """The state after a line passed over, and its `oversize_line` reject when it starts there. A line is
+    counted (and quarantined) once, where it starts; a read that stops inside it leaves the state's cursor
+    at INSIDE_LINE, so the next read passes over its rest first."""
+    rejects = []
+    number = state.line
+    if line.new:
+        number += 1
+        rejects.append(oversize_line(f"{file}:{number}", line.length, line.head, limit, line.ended))
+    cursor = None if line.ended else INSIDE_LINE
+    return replace(state, offset=line.end, line=number, size=line.end, cursor=cursor), rejects
 
 
 def _os_error(exc: OSError) -> str:

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from monitor.config import Limits
-from monitor.contract import Reason, Reject, excerpt
+from monitor.contract import RAW_BYTES, Reason, Reject, excerpt
 from monitor.ingest.sources.batch import LINE
-from monitor.ingest.sources.chunks import bad_utf8_lines, is_utf8, line_bounds, scan
+from monitor.ingest.sources.chunks import bad_utf8_lines, is_utf8, line_bounds, oversize_line, scan
 from monitor.ingest.sources.tables import combine
 
 _JSON_BLOCK_LINES = 4096  # lines per parse call; a bad line costs a re-parse of at most this many lines
@@ -68,8 +68,12 @@ def start_jsonl(buf: bytes, first_line: int, file: str, limits: Limits, pool: Th
     for i in short:
         if not buf[starts[i]:ends[i]].strip():
             skip[i] = True
+    for i in np.flatnonzero(lengths > limits.max_line_bytes):
+        skip[i] = True
+        rejects.append(oversize_line(f"{file}:{first_line + i + 1}", int(lengths[i]), buf[starts[i]:starts[i] + RAW_BYTES],
+                                     limits.max_line_bytes))
     line_cap = limits.max_field_chars * 4 + 1024
-    for i in np.flatnonzero(lengths > line_cap):
+    for i in np.flatnonzero((lengths > line_cap) & ~skip):
         skip[i] = True
         rejects.append(Reject(f"{file}:{first_line + i + 1}", Reason.oversize_field, excerpt(buf[starts[i]:starts[i] + 400])))
 
