@@ -10,9 +10,11 @@ from monitor.classes import class_name
 
 
 class StrictModel(BaseModel):
-    """A frozen pydantic model that refuses unknown keys: the schema and every config section."""
+    """A frozen pydantic model that refuses unknown keys: the schema and every config section. Its
+    validation errors never show the input when printed (it may be a secret written inline); the config's
+    error messages (monitor.config.load) quote a value only where it cannot be one."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, hide_input_in_errors=True)
 
 
 FeatureKind = Literal["numeric", "categorical", "text"]

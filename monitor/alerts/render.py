@@ -4,9 +4,10 @@ Messages hold aggregates only (rates, quantiles, counts, label names), never raw
 limits are kept: at most 50 blocks, section text at most 3000 characters, header at most 150.
 
 Every string that came from the logs or the config (versions, services, stages, fields, classes, groups,
-segments, summaries, commands) is escaped with `esc` before it is placed in a text object, and mrkdwn
-objects are sent `verbatim`: only the bold and code markup written here is formatting, and no value can
-become a mention (`<!channel>`, `<@U…>`), a link (`<https://…|text>`) or an auto-linked channel name.
+segments, summaries, commands) is escaped with `esc` before it is placed in a text object (control characters
+and bidirectional overrides removed, then Slack's entities), and mrkdwn objects are sent `verbatim`: only the
+bold and code markup written here is formatting, and no value can become a mention (`<!channel>`, `<@U…>`),
+a link (`<https://…|text>`) or an auto-linked channel name.
 """
 
 from __future__ import annotations
@@ -39,10 +40,23 @@ def route(settings, labels: Mapping[str, str]) -> str:
     return settings.channel or ""
 
 
+def plain(value: Any, limit: int | None = None) -> str:
+    """`value` as text that reads as it is shown: control characters (a line break, a terminal escape) and
+    bidirectional overrides (which show text in another order than it is read) removed, line breaks and
+    tabs as spaces; cut to `limit` characters (an ellipsis last) when given."""
+    text = _INVISIBLE.sub("", _BREAKS.sub(" ", str(value)))
+    return text if limit is None else _cut(text, limit)
+
+
+# C0 and C1 controls, DEL, and the bidi embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069).
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_BREAKS = re.compile("[\t\n\r\v\f\x85\u2028\u2029]")
+
+
 def esc(value: Any) -> str:
-    """`value` as text Slack shows literally: its control characters &, < and > as HTML entities (the
-    only escaping Slack decodes, in mrkdwn and plain_text alike)."""
-    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """`value` as text Slack shows literally (`plain`, then its control characters &, < and > as HTML
+    entities: the only escaping Slack decodes, in mrkdwn and plain_text alike)."""
+    return plain(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _cut(text: str, limit: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import stat
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -50,11 +51,31 @@ def existing_file(value: Any, info: ValidationInfo) -> Path:
     return resolve_path(value, info)
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SECRET_HOW = "give {env: VARIABLE_NAME} or {file: /path/to/file} holding it"
+
+
 class Secret(StrictModel):
     """Where a secret comes from: an environment variable's name or a file's path, never the value."""
 
     env: str | None = None
     file: Path | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_inline(cls, raw: Any) -> Any:
+        # Whatever was written in place of {env: ...} or {file: ...} may be the secret itself: never quoted.
+        if isinstance(raw, Secret):
+            return raw
+        if not isinstance(raw, dict):
+            raise ValueError(f"a secret is never written in the config (not shown here); {SECRET_HOW}")
+        if not set(raw) <= {"env", "file"}:
+            raise ValueError("a secret takes only env (a variable name) or file (a path); the other keys are not "
+                             f"shown here, as one may be the secret itself; {SECRET_HOW}")
+        if isinstance(raw.get("env"), str) and not ENV_NAME.fullmatch(raw["env"]):
+            raise ValueError("env: not an environment variable name (letters, digits and _; not shown here: it "
+                             f"may be the secret itself); {SECRET_HOW}")
+        return raw
 
     @model_validator(mode="after")
     def _one_source(self) -> Secret:
@@ -76,14 +97,47 @@ class Secret(StrictModel):
             raise ConfigError(f"cannot read secret file {self.file}: {exc.strerror}") from None
 
     def warnings(self) -> list[str]:
-        """Complaints about how the secret is kept (a file of this user readable by group or others). A file
-        another user owns is an orchestrator's mounted secret (a Kubernetes Secret with fsGroup, a compose
-        secret), shared with this process by its group or mode on purpose and not this user's to chmod."""
-        if self.file is not None and self.file.exists():
-            st = self.file.stat()
-            if st.st_uid == os.getuid() and st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
-                return [f"secret file {self.file} is readable by group or others; chmod 600 it"]
-        return []
+        """Complaints about how the secret file is kept: writable by group or others, owned by another user
+        (who may replace it), or a file of this user readable by group or others. A file on a read-only
+        mount that root or another user owns is an orchestrator's mounted secret (a Kubernetes Secret with
+        fsGroup, a compose secret): nobody here can change it, and it is not this user's to chmod."""
+        if self.file is None or not self.file.exists():
+            return []
+        st = self.file.stat()
+        out = []
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            out.append(f"secret file {self.file} is writable by group or others, who could replace the secret; "
+                       "chmod go-w it")
+        if st.st_uid == os.getuid():
+            if st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+                out.append(f"secret file {self.file} is readable by group or others; chmod 600 it")
+        elif st.st_uid != 0 and not _read_only(self.file):
+            out.append(f"secret file {self.file} is owned by uid {st.st_uid}, not by this process's user "
+                       f"(uid {os.getuid()}), who could replace the secret; chown it to uid {os.getuid()}")
+        return out
+
+
+def _read_only(path: Path) -> bool:
+    """Whether `path` lies on a file system mounted read-only (False when that cannot be told)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def hide_credentials(text: str) -> str:
+    """`text` with the credentials of every URL in it replaced by ***: the password of a database URL
+    (`user:***@`), the whole user part of an http(s) URL (its user alone may be a token)."""
+    def hide(m: re.Match) -> str:
+        scheme, user = m.group(1), m.group(2)
+        if scheme.lower() in ("http", "https"):
+            return f"{scheme}://***@"
+        return f"{scheme}://{user.split(':', 1)[0]}:***@" if ":" in user else m.group(0)
+    return _URL_USER.sub(hide, text)
+
+
+# Up to the last @ of the URL: a password written unquoted may hold / ? # or @ itself.
+_URL_USER = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"]*)@")
 
 
 def value_maps(raw: Any) -> Any:
@@ -134,15 +188,22 @@ def check_cron(expr: str) -> None:
 
 
 def check_url(value: str) -> str:
-    """`value` when it is a database URL without an inline password; ValueError otherwise."""
+    """`value` when it is a database URL without an inline password; ValueError otherwise (never quoting
+    a password: the URL is not shown when it cannot be parsed)."""
     try:
         url = parse_url(value)
     except Exception:
-        raise ValueError(f"not a database URL: {value!r}") from None
+        raise ValueError("not a database URL such as postgresql+psycopg://tailwatch@db:5432/tailwatch (not "
+                         "shown here: it may hold a password)") from None
     if url.password:
         raise ValueError(
             f"inline password in {url.render_as_string(hide_password=True)}; use a `password:` with env or file"
         )
+    # libpq reads a password from the query string too (…/db?password=…).
+    inline = sorted(k for k in url.query if k.lower() in ("password", "sslpassword"))
+    if inline:
+        raise ValueError(f"inline password in the URL's query ({', '.join(inline)}=…, not shown); use a "
+                         "`password:` with env or file")
     return value
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from monitor.config.fields import ConfigError
+from monitor.config.fields import SECRET_HOW, ConfigError, Secret, hide_credentials
 from monitor.config.model import Config, Storage
 
 DEFAULT_PATH = "tailwatch.yaml"
@@ -29,6 +29,8 @@ MAX_NODES = 1_000_000  # values once every alias is expanded, as validation walk
 
 
 def _format_errors(exc: ValidationError, root: type[BaseModel] = Config) -> str:
+    """The errors of `exc` a line each, named by their field path. A value is quoted only where it cannot
+    be a secret: never inside a secret's section, and the credentials of any URL quoted are hidden."""
     lines = []
     for err in exc.errors():
         path = ""
@@ -37,21 +39,33 @@ def _format_errors(exc: ValidationError, root: type[BaseModel] = Config) -> str:
                 continue  # pydantic puts the discriminated union's tag in the path; users never wrote it
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         msg = err["msg"].removeprefix("Value error, ")
+        secret = _in_secret(root, err["loc"])
         # Custom messages already name the bad value; built-in ones get it appended.
         if err["type"] not in ("value_error", "missing"):
-            msg += f" (got {err.get('input')!r:.80})"
+            msg += f" (not shown here: it may be the secret itself); {SECRET_HOW}" if secret else \
+                f" (got {err.get('input')!r:.80})"
         if err["type"] == "extra_forbidden" and err["loc"]:
             known = _keys_at(root, err["loc"][:-1])
             close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
             msg += f"; did you mean {close[0]!r}?" if close else f"; known here: {', '.join(known)}"
-        if err["type"] == "literal_error" and isinstance(err.get("input"), str):
+        if err["type"] == "literal_error" and isinstance(err.get("input"), str) and not secret:
             # "Input should be 'precision', 'recall' or 'f1'": the choices, as pydantic quotes them
             choices = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
             close = difflib.get_close_matches(err["input"], choices, n=1, cutoff=0.6)
             msg += f"; did you mean {close[0]!r}?" if close else ""
         # A check across sections may find several things: each on its own line, under the same path.
-        lines += [f"{path or 'config'}: {line}" for line in msg.split("\n")]
+        lines += [f"{path or 'config'}: {hide_credentials(line)}" for line in msg.split("\n")]
     return "\n".join(lines)
+
+
+def _in_secret(root: type[BaseModel], loc: tuple) -> bool:
+    """Whether the error location `loc` (below `root`) is a `Secret` or lies inside one."""
+    kinds: list[Any] = [root]
+    for part in loc:
+        kinds = [t for kind in kinds for t in _step(kind, part)]
+        if any(m is Secret for kind in kinds for m in _members(kind)):
+            return True
+    return False
 
 
 def _keys_at(root: type[BaseModel], loc: tuple) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url
+from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url, hide_credentials
 from monitor.config.metrics import MetricsExport
 from monitor.config.service import Service, SqlSource
 from monitor.config.ui import Ui
@@ -211,7 +211,7 @@ class Alertmanager(StrictModel):
     def _http(cls, value):
         for url in value:
             if not url.startswith(("http://", "https://")) or "@" in url.split("/")[2]:
-                raise ValueError(f"not an http(s) URL without credentials: {url!r}")
+                raise ValueError(f"not an http(s) URL without credentials: {hide_credentials(url)!r}")
         return value
 
     @model_validator(mode="after")

@@ -10,6 +10,7 @@ down) resolves it itself; a resolved one ends at its resolution.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from monitor.alerts.group import ALERT
+from monitor.alerts.render import plain
 from monitor.config import Alertmanager, Config, ConfigError, incident_url
 from monitor.notify.message import incident_of
 from monitor.notify.slack import SendResult
@@ -31,7 +33,8 @@ log = logging.getLogger(__name__)
 
 ENDS_AFTER = 4  # resend intervals a firing alert stays firing in Alertmanager without news (as Prometheus)
 EVIDENCE_LABELS = ("field", "class", "group")
-MAX_ANNOTATION = 4000
+MAX_ANNOTATION = 4000  # characters of any annotation
+MAX_LABEL = 200  # characters of a label value (`label_value`)
 
 
 def label_name(name: str) -> str:
@@ -54,7 +57,16 @@ def labels_of(alert: Mapping[str, Any], incident: Mapping[str, Any]) -> dict[str
         for key in EVIDENCE_LABELS:
             if (e.get("labels") or {}).get(key) is not None:
                 labels.setdefault(key, (e.get("labels") or {})[key])
-    return {label_name(str(k)): str(v) for k, v in labels.items() if v is not None and str(v) != ""}
+    return {label_name(str(k)): label_value(v) for k, v in labels.items() if v is not None and str(v) != ""}
+
+
+def label_value(value: Any) -> str:
+    """`value` as an Alertmanager label value: as `plain` text, at most MAX_LABEL characters (a longer one
+    ends in `…` and 8 hex digits of its hash, so two long values that share a beginning stay two alerts)."""
+    text = plain(value)
+    if len(text) <= MAX_LABEL:
+        return text
+    return text[: MAX_LABEL - 9] + "…" + hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime,
@@ -62,7 +74,9 @@ def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime,
     """The Alertmanager alerts of `incident` (a snapshot with its times as datetimes) sent at `now`: its
     firing unmuted alerts end ENDS_AFTER resend intervals after `now`; the others, or all once the
     incident is resolved, end when the snapshot was taken (its resolution); `url`: the incident's page,
-    each alert's generatorURL."""
+    each alert's generatorURL. Labels and annotations are plain text (`plain`: no control characters or
+    bidi overrides; evidence a line per item), each annotation at most MAX_ANNOTATION characters; they are
+    not escaped for any one receiver: Alertmanager's templates do that (deploy/alertmanager for Slack)."""
     summary = incident.get("summary") or {}
     resolved = incident.get("status") == "resolved"
     ended = incident.get("resolved_at") or incident.get("updated_at") or now
@@ -75,16 +89,18 @@ def render(incident: Mapping[str, Any], settings: Alertmanager, now: datetime,
         labels = labels_of(alert, incident)
         firing = not resolved and alert.get("state") == "firing" and not alert.get("muted")
         starts = datetime.fromisoformat(notes["onset"]) if notes.get("onset") else onset
-        annotations = {"summary": str(notes.get("summary") or incident.get("verdict") or labels.get("alertname", ""))}
-        evidence = "\n".join(text(e) for e in gathered(notes)[:20])
+        annotations = {"summary": plain(notes.get("summary") or incident.get("verdict") or labels.get("alertname", ""))}
+        evidence = "\n".join(plain(text(e)) for e in gathered(notes)[:20])
         if evidence:
-            annotations["evidence"] = evidence[:MAX_ANNOTATION]
+            annotations["evidence"] = evidence
         if resolved and summary.get("resolution"):
-            annotations["resolution"] = str(summary["resolution"])
+            annotations["resolution"] = plain(summary["resolution"])
         fill = {"alertname": labels.get("alertname", ""), "service": incident.get("service") or "",
                 "model_version": incident.get("model_version") or "", "incident": incident.get("id")}
         if settings.runbook_url:
-            annotations["runbook_url"] = settings.runbook_url.format(**fill)
+            annotations["runbook_url"] = plain(settings.runbook_url.format(**fill))
+        annotations = {k: v if len(v) <= MAX_ANNOTATION else v[: MAX_ANNOTATION - 1] + "…"
+                       for k, v in annotations.items()}
         item = {"labels": labels, "annotations": annotations, "startsAt": _rfc3339(min(starts, now)),
                 "endsAt": _rfc3339(now + ENDS_AFTER * settings.resend_interval if firing else max(ended, starts))}
         if url:

@@ -95,11 +95,14 @@ def test_password_from_env_and_file(tmp_path, monkeypatch):
     assert any("readable by group or others" in w for w in cfg.warnings())
     secret.chmod(0o600)
     assert cfg.warnings() == []
-    if os.getuid() == 0:  # a mounted secret another user owns (Kubernetes fsGroup, compose): not ours to chmod
+    if os.getuid() == 0:
         secret.chmod(0o440)
         os.chown(secret, 0, 10001)
         assert cfg.warnings() and cfg.warnings()[0].endswith("chmod 600 it")
-        os.chown(secret, 10001, 10001)
+        os.chown(secret, 10001, 10001)  # another user may replace it
+        assert [w.split("), ")[-1] for w in cfg.warnings()] == ["who could replace the secret; chown it to uid 0"]
+        # On a read-only mount (Kubernetes fsGroup, compose secrets) nobody here can: not ours to chown.
+        monkeypatch.setattr("monitor.config.fields._read_only", lambda path: True)
         assert cfg.warnings() == []
 
 
