@@ -208,7 +208,17 @@ def _read(path: str | os.PathLike | None) -> tuple[Path, Any]:
     except RecursionError:
         raise ConfigError(f"{path}: not valid YAML: nested too deep") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong with the YAML and where (line, column), without the excerpt of the line PyYAML quotes:
+    the broken line may be a secret written inline."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem is None:
+        return type(exc).__name__
+    where = exc.problem_mark or exc.context_mark
+    at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+    return (f"{exc.context}: " if exc.context else "") + exc.problem + at
 
 
 def _bounded_text(path: Path) -> str:

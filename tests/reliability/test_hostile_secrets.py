@@ -151,3 +151,14 @@ def test_a_secret_file_others_could_replace_is_warned_about(tmp_path, record_pro
         _, output = run_cli(tmp_path, raw, "check-logs")
         assert all(e in " ".join(output.split()) for e in expected) and not echoed(output, CANARY), output
     record_property("rel_inputs", len(cases))
+
+
+@pytest.mark.parametrize("line", [f"    token: {CANARY}: 1", f'    token: "{CANARY}', f"    token: [{CANARY}",
+                                  f"    token: {{env: {CANARY}"])
+def test_a_secret_on_a_broken_yaml_line_is_not_quoted(tmp_path, line, record_property):
+    path = tmp_path / "tailwatch.yaml"
+    path.write_text(f"services: []\nalerts:\n  slack:\n{line}\n    channel: '#a'\n")
+    output = CliRunner().invoke(app, ["-c", str(path), "check-logs"], catch_exceptions=False).output
+    assert "not valid YAML" in output and "line " in output, output
+    assert not echoed(output, CANARY), output
+    record_property("rel_inputs", 1)
