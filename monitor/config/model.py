@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from monitor.config.crosscheck import metrics_errors
 from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url, hide_credentials
 from monitor.config.metrics import MetricsExport
 from monitor.config.service import Service, SqlSource
@@ -332,6 +333,9 @@ class Config(StrictModel):
         unknown = sorted(set(self.metrics.fields) - fields)
         if unknown:
             raise ValueError(f"metrics.fields: {unknown} are not features of any service")
+        problems = metrics_errors(self.metrics.groups, self.services)
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def warnings(self) -> list[str]:

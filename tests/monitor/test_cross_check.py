@@ -235,3 +235,15 @@ def test_the_length_buckets_quality_scores_are_the_groups_the_config_knows(tmp_p
     assert [g for g in masks if g.startswith(("notes", "40"))] == [name for name, _, _ in buckets]
     for name, lo, hi in buckets:
         assert masks[name].tolist() == [bool(lo <= x < hi) for x in lengths], name
+
+
+def test_a_metrics_group_no_quality_section_scores_is_a_config_error(tmp_path):
+    logs(tmp_path)
+    raw = base_config(tmp_path)
+    raw["metrics"] = {"groups": ["all", "young_wives", "occupation=3"]}
+    assert config_mod.parse(copy.deepcopy(raw)).metrics.groups == ["all", "young_wives", "occupation=3"]
+    raw["metrics"]["groups"].append("young_wive")
+    with pytest.raises(config_mod.ConfigError) as err:
+        config_mod.parse(raw)
+    assert str(err.value).startswith("config: metrics.groups[3]: 'young_wive' is not a quality group; "
+                                     "did you mean 'young_wives'?")
