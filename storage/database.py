@@ -82,10 +82,17 @@ def as_dict(row: Any) -> dict[str, Any]:
 
 
 def table_names() -> list[str]:
-    """Every tailwatch table, in dependency order."""
+    """Every tailwatch table the SQL reader may read, in dependency order (the leader lock's are not)."""
     from storage.models import Base
 
-    return [t.name for t in Base.metadata.sorted_tables]
+    return [t.name for t in Base.metadata.sorted_tables if not t.info.get("leader")]
+
+
+def leader_relations() -> list[str]:
+    """The relations of the leader lock (storage.lock): no privilege on them for the SQL reader."""
+    from storage.models import LEADER_LOCK_VIEW, Base
+
+    return [LEADER_LOCK_VIEW] + [t.name for t in Base.metadata.sorted_tables if t.info.get("leader")]
 
 
 def utc_now() -> datetime:
@@ -246,7 +253,7 @@ class Database:
     def upgrade(self, revision: str = "head", *, sql_role: str | None = SQL_READER_ROLE) -> list[str]:
         """Apply migrations up to `revision` (default: the newest this code knows); on PostgreSQL also
         give `sql_role` (created when missing and this connection may create roles) SELECT on every
-        tailwatch table. Returns what could not be done, for the operator (empty when all was)."""
+        tailwatch table and no privilege on the leader lock's relations. Returns what could not be done, for the operator (empty when all was)."""
         cfg = self._alembic_config()
         notes: list[str] = []
         with self._connect() as conn, conn.begin():
@@ -260,7 +267,8 @@ class Database:
 
     def _grant_sql_reader(self, conn: Connection, role: str) -> list[str]:
         """Create `role` if missing (LOGIN, no other attribute, read-only by default, statements bounded)
-        and grant it USAGE on the tables' schema and SELECT on each tailwatch table; each step in a
+        and grant it USAGE on the tables' schema and SELECT on each tailwatch table, and revoke whatever it
+        holds on the leader lock's relations (a wider grant would let it stall the leader); each step in a
         savepoint, so one the connection may not do is reported and the upgrade still commits."""
         if not _ROLE_NAME.match(role):
             raise StoreError(f"not a plain role name: {role!r} (lower-case letters, digits and _)")
@@ -281,13 +289,16 @@ class Database:
                     f"ALTER ROLE {quote(role)} SET statement_timeout = '{SQL_READER_TIMEOUT}'; "
                     f"EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$")
         schema = conn.execute(text("SELECT current_schema()")).scalar()
-        tables = [name for name in table_names()
-                  if conn.execute(text("SELECT to_regclass(:t)"), {"t": name}).scalar() is not None]
+        tables, leader = ([name for name in names
+                           if conn.execute(text("SELECT to_regclass(:t)"), {"t": name}).scalar() is not None]
+                          for names in (table_names(), leader_relations()))
         try:
             with conn.begin_nested():
                 conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA {quote(schema)} TO {quote(role)}")
                 if tables:
                     conn.exec_driver_sql(f"GRANT SELECT ON {', '.join(quote(t) for t in tables)} TO {quote(role)}")
+                if leader:
+                    conn.exec_driver_sql(f"REVOKE ALL ON {', '.join(quote(t) for t in leader)} FROM {quote(role)}")
         except DBAPIError as exc:
             notes.append(f"cannot grant {role} SELECT on tailwatch's tables ({self.scrub(exc)}): `query sql` on "
                          f"PostgreSQL fails until it has it (the SQL to run is in docs/operations.md)")

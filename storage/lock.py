@@ -1,8 +1,10 @@
 """The leader lock: only the process holding it schedules ticks.
 
-PostgreSQL: a session advisory lock (`pg_try_advisory_lock`) held on a dedicated connection; the server
-drops it when that connection dies, so a leader checks the connection and stops scheduling when it is
-gone. SQLite: an exclusive file lock beside the database file (one host by construction).
+PostgreSQL: a lock on the view `leader_lock` (SHARE UPDATE EXCLUSIVE) held in an open transaction of a
+dedicated connection; the server drops it when that connection dies, so a leader checks the connection and
+stops scheduling when it is gone. The SQL reader role has no privilege on that view or on `leader_fence`, so
+it can neither take the lock nor hold one that would keep it from the daemon. SQLite: an exclusive file lock
+beside the database file (one host by construction).
 """
 
 from __future__ import annotations
@@ -11,18 +13,29 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from filelock import FileLock, Timeout
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from storage.database import Database
+from storage.models import LEADER_LOCK_VIEW
 
 log = logging.getLogger(__name__)
 
 PG_LOCK_TIMEOUT_S = 5  # connect and statement timeout of the lock connection's own queries
+# How long a take waits for the lock (s): held by a leader, it fails then; held for an instant by anyone else
+# (a refused statement of another role locks before its privilege check), the queued request goes first.
+PG_LOCK_WAIT_S = 1
+# daemon.lock_key's default: any other value is reported as unused on PostgreSQL.
+DEFAULT_LOCK_KEY = 0x7461696C
+_LOCK_MODE = "SHARE UPDATE EXCLUSIVE"  # self-exclusive; not in conflict with the modes a role without
+# privileges can hold (ACCESS SHARE, ROW SHARE, ROW EXCLUSIVE: a PREPARE locks before any privilege check),
+# nor with pg_dump's ACCESS SHARE
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class LeaderLost(RuntimeError):
@@ -46,50 +59,81 @@ class Lock(Protocol):
         """Raise LeaderLost unless the lock is still held; called first in every transaction of the leader."""
 
 
-class AdvisoryLock:
-    """A PostgreSQL session advisory lock on its own connection (not from the Store's pool).
+class TableLock:
+    """The PostgreSQL leader lock: `LOCK TABLE leader_lock IN SHARE UPDATE EXCLUSIVE MODE` in a READ COMMITTED
+    transaction left open on its own connection (not from the Store's pool). That transaction takes no
+    snapshot between statements and no transaction id, so it never holds back vacuum.
 
-    Fencing: each leader transaction holds `fence_key` shared (`pg_advisory_xact_lock_shared`) and checks the
-    lock connection; a new leader takes `fence_key` exclusively once before it schedules, which waits for the
-    transactions the old leader still has open. So the old leader's writes end before the new leader's begin,
-    and its next transaction fails the check.
+    Fencing: each leader transaction reads the term in `leader_fence` FOR SHARE and checks it is its own; a
+    new leader increments the term once before it schedules, which waits for the transactions the old leader
+    still has open. So the old leader's writes end before the new leader's begin, and its next transaction
+    sees another term. The lock is per schema: one schema serves one deployment.
     """
 
-    kind = "postgresql-advisory"
+    kind = "postgresql"
 
-    def __init__(self, store: Database, key: int) -> None:
-        self.key = key
-        self.fence_key = key + 1 if key < 2**63 - 1 else key - 1
+    def __init__(self, store: Database, key: int = DEFAULT_LOCK_KEY) -> None:
+        if key != DEFAULT_LOCK_KEY:
+            log.warning("daemon.lock_key is not used on PostgreSQL: the leader lock is the %s view of "
+                        "tailwatch's schema (two deployments sharing a database use two schemas)", LEADER_LOCK_VIEW)
         self._mutex = threading.Lock()  # the lock connection is used from the scheduler's threads
         self._engine = create_engine(
             store.url, poolclass=NullPool,
-            connect_args={"connect_timeout": PG_LOCK_TIMEOUT_S,
+            connect_args={**store._connect_args, "connect_timeout": PG_LOCK_TIMEOUT_S,
                           # Keepalives notice a dead peer on an idle connection; the timeout bounds each check.
                           "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
-                          "options": f"-c statement_timeout={PG_LOCK_TIMEOUT_S * 1000}"})
+                          # Never prepared: a prepared statement's portal keeps its snapshot until the
+                          # transaction ends (see _alive).
+                          "prepare_threshold": None})
+
+        @event.listens_for(self._engine, "connect")
+        def _session_settings(dbapi_conn: Any, _record: Any) -> None:
+            # SET, not the `options` connect argument, which would replace the store's (its search_path).
+            # The lock transaction stays idle for the whole term: no idle-in-transaction timeout may end it.
+            with dbapi_conn.cursor() as cursor:
+                cursor.execute(f"SET statement_timeout = {PG_LOCK_TIMEOUT_S * 1000}")
+                cursor.execute("SET idle_in_transaction_session_timeout = 0")
+            dbapi_conn.commit()
+
         self.scrub = store.scrub
         self._conn: Connection | None = None
         self.held = False
+        self.term: int | None = None
 
     def acquire(self) -> bool:
         with self._mutex:
+            if self.held:
+                return True
             try:
                 if self._conn is None:
                     self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                self.held = bool(self._conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                                                    {"k": self.key}).scalar())
-                if self.held:
-                    # Wait (up to the statement timeout) for a previous leader's open transactions.
-                    self._conn.execute(text("SELECT pg_advisory_lock(:f)"), {"f": self.fence_key})
-                    self._conn.execute(text("SELECT pg_advisory_unlock(:f)"), {"f": self.fence_key})
+                self._conn.exec_driver_sql("BEGIN ISOLATION LEVEL READ COMMITTED")
+                self._conn.exec_driver_sql(f"SET LOCAL lock_timeout = {PG_LOCK_WAIT_S * 1000}")
+                self._conn.exec_driver_sql(f"LOCK TABLE {LEADER_LOCK_VIEW} IN {_LOCK_MODE} MODE")
             except Exception as exc:
+                if isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+                    self._rollback()  # another process leads: keep the connection for the next try
+                    return False
                 log.warning("leader lock: cannot take it: %s", self.scrub(exc))
                 self._drop()
-            return self.held
+                return False
+            try:
+                # Own short transaction (the lock's must never get a transaction id); waits, up to the statement
+                # timeout, for a previous leader's open transactions.
+                with self._engine.begin() as conn:
+                    self.term = conn.execute(text(
+                        "INSERT INTO leader_fence (id, term) VALUES (1, 1) "
+                        "ON CONFLICT (id) DO UPDATE SET term = leader_fence.term + 1 RETURNING term")).scalar()
+            except Exception as exc:
+                log.warning("leader lock: cannot fence the previous leader: %s", self.scrub(exc))
+                self._drop()
+                return False
+            self.held = True
+            return True
 
     def fence(self, session: Session) -> None:
-        session.execute(text("SELECT pg_advisory_xact_lock_shared(:f)"), {"f": self.fence_key})
-        if not self.alive():
+        term = session.execute(text("SELECT term FROM leader_fence WHERE id = 1 FOR SHARE")).scalar()
+        if term is None or term != self.term or not self.alive():
             raise LeaderLost("the leader lock was lost; this transaction is not committed")
 
     def alive(self) -> bool:
@@ -99,36 +143,35 @@ class AdvisoryLock:
     def _alive(self) -> bool:
         if self._conn is None or not self.held:
             return False
-        # The advisory lock of a bigint key k shows in pg_locks as classid = k >> 32, objid = k & 0xffffffff.
-        unsigned = self.key & 0xFFFFFFFFFFFFFFFF
         try:
-            owned = self._conn.execute(text(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
-                "AND granted AND objsubid = 1 AND classid::bigint = :hi AND objid::bigint = :lo"),
-                {"hi": unsigned >> 32, "lo": unsigned & 0xFFFFFFFF}).scalar()
+            # Sent as a simple query (no parameters, never prepared): a bound statement's portal outlives it
+            # until the transaction ends, and with it its snapshot (the lock's would hold back vacuum).
+            owned = self._conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND pid = pg_backend_pid() "
+                f"AND granted AND mode = 'ShareUpdateExclusiveLock' AND relation = '{LEADER_LOCK_VIEW}'::regclass"
+            ).scalar()
         except Exception as exc:
             log.error("leader lock: lock connection lost: %s", self.scrub(exc))
             self._drop()
             return False
         if not owned:
-            self.held = False
+            self._drop()
         return bool(owned)
 
     def release(self) -> None:
         with self._mutex:
-            self._release()
+            self._drop()
 
-    def _release(self) -> None:
-        if self._conn is not None and self.held:
-            try:
-                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
-            except Exception as exc:
-                log.warning("leader lock: unlock failed (the server drops it with the connection): %s",
-                            self.scrub(exc))
-        self._drop()
+    def _rollback(self) -> None:
+        try:
+            self._conn.exec_driver_sql("ROLLBACK")
+        except Exception:  # a dead connection: drop it, the next try opens another
+            self._drop()
 
     def _drop(self) -> None:
+        # Closing the connection ends its transaction, and the lock with it.
         self.held = False
+        self.term = None
         if self._conn is not None:
             try:
                 self._conn.invalidate()
@@ -181,7 +224,7 @@ def for_store(store: Database, key: int) -> Lock:
     """The leader lock that fits the store's database."""
     backend = store.url.get_backend_name()
     if backend == "postgresql":
-        return AdvisoryLock(store, key)
+        return TableLock(store, key)
     if backend == "sqlite":
         database = store.url.database or ""
         if not database or database == ":memory:" or database.startswith("file:"):

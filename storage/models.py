@@ -476,3 +476,21 @@ class BackfillProgress(Base):
     staging: Mapped[str] = mapped_column(String, nullable=False)  # directory of the replayed files
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+# --- leader lock (migration 0010) ---
+
+# The view the PostgreSQL leader holds locked in SHARE UPDATE EXCLUSIVE mode (storage.lock); a view, so that
+# VACUUM, ANALYZE and pg_dump never wait for it. Neither it nor leader_fence is granted to the SQL reader.
+LEADER_LOCK_VIEW = "leader_lock"
+
+
+class LeaderFence(Base):
+    """The leadership term (one row, PostgreSQL only): each leader transaction holds it FOR SHARE; a new
+    leader increments it, which waits for the old leader's open transactions."""
+
+    __tablename__ = "leader_fence"
+    __table_args__ = {"info": {"leader": True}}  # left out of table_names(): never granted to the reader
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    term: Mapped[int] = mapped_column(BigInteger, nullable=False)

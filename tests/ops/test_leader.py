@@ -1,4 +1,4 @@
-"""One leader: two daemons on one database (SQLite file lock, PostgreSQL advisory lock), exactly one
+"""One leader: two daemons on one database (SQLite file lock, PostgreSQL table lock), exactly one
 schedules; killing it hands leadership over within a bound; a leader whose lock connection drops stops."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from test_daemon import free_port, get, metric, samples
 from monitor import config as config_mod
 from monitor.daemon.leader import Fenced
 from monitor.daemon.service import Daemon
-from storage.lock import AdvisoryLock, FileLeaderLock, LeaderLost, for_store
+from storage.lock import FileLeaderLock, LeaderLost, TableLock, for_store
 from storage.store import Store
 
 HANDOVER_BOUND_S = 10  # lock_retry 0.5 s, plus a follower's start-up under a loaded CI machine
@@ -90,11 +90,12 @@ def test_file_lock_excludes_a_second_holder_and_frees_on_release(tmp_path):
 
 
 @pytest.mark.postgres
-def test_advisory_lock_lost_with_its_connection(pg_schema):
+def test_table_lock_lost_with_its_connection(pg_schema):
     url = _pg_url(pg_schema)
     store = Store(url)
+    store.upgrade()
     key = secrets.randbits(62)
-    a, b = AdvisoryLock(store, key), AdvisoryLock(store, key)
+    a, b = TableLock(store, key), TableLock(store, key)
     try:
         assert a.acquire() and a.alive() and not b.acquire()
         _terminate_holder(url, key)
@@ -107,13 +108,12 @@ def test_advisory_lock_lost_with_its_connection(pg_schema):
 
 
 def _terminate_holder(url: str, key: int) -> None:
-    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    """End the connection holding the leader lock of `url`'s schema (`key` plays no part on PostgreSQL)."""
     engine = create_engine(url)
     with engine.begin() as conn:
         pids = conn.execute(text(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
-            "AND classid::bigint = :hi AND objid::bigint = :lo"), {"hi": unsigned >> 32, "lo": unsigned & 0xFFFFFFFF}
-        ).scalars().all()
+            "SELECT pid FROM pg_locks WHERE locktype = 'relation' AND granted AND mode = 'ShareUpdateExclusiveLock' "
+            "AND relation = 'leader_lock'::regclass")).scalars().all()
         assert len(pids) == 1
         # Wait (up to 30 s) until the backend is gone and its locks with it: on a loaded machine the
         # signalled backend can still hold the lock when the next statement runs.
@@ -176,7 +176,7 @@ def test_a_new_leader_waits_for_the_old_leaders_open_transaction_and_the_old_one
     store_a, store_b = Store(url), Store(url)
     store_a.upgrade()
     key = secrets.randbits(62)
-    a, b = AdvisoryLock(store_a, key), AdvisoryLock(store_b, key)
+    a, b = TableLock(store_a, key), TableLock(store_b, key)
     old = Fenced(store_a, a)
     inside, finish, taken = threading.Event(), threading.Event(), []
 
