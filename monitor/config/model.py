@@ -121,7 +121,7 @@ class Daemon(StrictModel):
     heartbeat_interval: Duration = timedelta(seconds=10)
     heartbeat_max_age: Duration = timedelta(minutes=2)  # /livez fails past this
     shutdown_timeout: Duration = timedelta(seconds=30)  # SIGTERM to exit, the running tick included
-    lock_key: int = Field(0x7461696C, ge=-(2**63), le=2**63 - 1)  # PostgreSQL advisory lock id ("tail")
+    lock_key: int = Field(0x7461696C, ge=-(2**63), le=2**63 - 1)  # not used: the leader lock belongs to the schema
     lock_retry: Duration = timedelta(seconds=5)  # how often a follower tries for the lock
     leader_check: Duration = timedelta(seconds=5)  # how often the leader checks its lock connection
     health: Health = Field(default_factory=Health)
