@@ -72,6 +72,7 @@ class Reason(StrEnum):
     unknown_status = "unknown_status"  # status not one of STATUSES (after the source's `values:` map)
     bad_duration = "bad_duration"  # NaN, infinite or negative duration_ms
     orphan_timing = "orphan_timing"  # a stage timing whose prediction never arrived within join.lateness
+    late_timing = "late_timing"  # a stage timing of a request folded more than join.lateness before it was read
     orphan_label = "orphan_label"  # a label whose prediction never arrived within quality.label_horizon
     unknown_label = "unknown_label"  # a label that is not one of schema.classes
     source_error = "source_error"  # a file that could not be listed or read (its path and the OS error)

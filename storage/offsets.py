@@ -158,7 +158,8 @@ class Quarantine(Repository):
 
 
 class JoinBuffer(Repository):
-    """Rows waiting for their timings, as Parquet blobs per service and kind."""
+    """Rows waiting for their timings, as Parquet blobs per service and kind: one blob replaced at each step,
+    or (`add`) blobs kept side by side, each removed by its id."""
 
     def load(self, session: Session, service: str, kind: str) -> list[bytes]:
         """The Parquet blobs waiting to be joined for `service` and `kind`, oldest first."""
@@ -179,3 +180,25 @@ class JoinBuffer(Repository):
                 JoinPending(service=service, kind=kind, created_at=self.clock(), rows=int(rows), payload=payload)
             )
             session.flush()
+
+    def load_each(self, session: Session, service: str, kind: str) -> list[tuple[int, bytes]]:
+        """(id, Parquet blob) of each blob kept for `service` and `kind`, oldest first."""
+        query = (
+            select(JoinPending.id, JoinPending.payload)
+            .where(JoinPending.service == service, JoinPending.kind == kind)
+            .order_by(JoinPending.id)
+        )
+        return [(int(i), p) for i, p in session.execute(query)]
+
+    def add(self, session: Session, service: str, kind: str, payload: bytes, rows: int) -> int:
+        """Keep one more blob for `service`/`kind` beside the others; its id."""
+        row = JoinPending(service=service, kind=kind, created_at=self.clock(), rows=int(rows), payload=payload)
+        session.add(row)
+        session.flush()
+        return int(row.id)
+
+    def remove(self, session: Session, ids: Iterable[int]) -> None:
+        """Remove the blobs of these ids."""
+        ids = list(ids)
+        if ids:
+            session.execute(delete(JoinPending).where(JoinPending.id.in_(ids)))

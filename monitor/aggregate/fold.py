@@ -27,7 +27,7 @@ from monitor.aggregate.profile import (
 )
 from monitor.aggregate.sketch import Values
 from monitor.aggregate.tokens import text_rows
-from monitor.aggregate.totals import Totals, count, count_codes, hist, sketch, top_values
+from monitor.aggregate.totals import Totals, add_up, count, count_codes, hist, sketch, top_values
 from monitor.schema import Schema
 from storage.rows import PartialRow
 
@@ -38,7 +38,8 @@ THREAD_ROWS = 65536  # rows of a fold from which a worker thread takes a share o
 
 
 def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: bool,
-         schema: Schema | None = None, profile: Any = None, deadline_ms: float | None = None) -> list[PartialRow]:
+         schema: Schema | None = None, profile: Any = None, deadline_ms: float | None = None,
+         only_stages: bool = False) -> list[PartialRow]:
     """Fold joined prediction rows into partials per (model_version, bucket, segment).
 
     `timed`: a timing source is configured, so `joined` / `unmatched` are counted.
@@ -46,6 +47,8 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
     `profile`: a Profile, or a config Reference / path to profile (cached); None: no histograms or ranges.
     `deadline_ms`: the service's request deadline; a timed-out row without latency_ms counts at it in total
     latency (None: it is counted as UNTIMED_TIMEOUTS instead).
+    `only_stages`: the rows are requests folded before, with only their stage timings that came later: those
+    timings are counted (partials of 0 rows), the requests not again.
     """
     if frame.empty:
         return []
@@ -85,7 +88,10 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
         dense = np.cumsum(np.r_[0, parent[1:] != parent[:-1]])  # group -> its parent's group, 0..n-1
         everyone = Totals(dense[accs[src].g], int(dense[-1]) + 1)
     # Each per-row value is computed once, counted into every grouping, and dropped.
-    _fold_rows(frame, schema or Schema(), prof, timed, accs, everyone, deadline_ms)
+    if only_stages:
+        _fold_stages(frame, accs)
+    else:
+        _fold_rows(frame, schema or Schema(), prof, timed, accs, everyone, deadline_ms)
     if groupings[0][1] is not None:
         accs.insert(0, accs[src].summed(dense))
         accs[0].sketches.update(everyone.sketches)
@@ -244,6 +250,22 @@ def _fold_rows(frame: pd.DataFrame, schema: Schema, profile: Profile | None, tim
             if column in frame:
                 hist(accs, keys.score(cls), bin_codes(ref.edges, numbers(frame[column]))
                       if ref.kind == "numeric" else ref.bin_index(frame[column]), ref.bins)
+
+
+def _fold_stages(frame: pd.DataFrame, accs: list[Totals]) -> None:
+    """What stage timings add to their requests' partials: their count, sketches (ms) and time per cache outcome."""
+    stage_rows = frame["stage_rows"].to_numpy(dtype="int64")
+    for a in accs:
+        a.counts[keys.STAGE_ROWS] = np.bincount(a.g, weights=stage_rows, minlength=a.groups).astype("int64")
+    stages = [c for c in frame.columns if c.startswith(keys.STAGE_PREFIX)]
+    for name in stages:
+        sketch(accs, name, numbers(frame[name]))
+    if "cache_hit" in frame:
+        for outcome, rows in (("hit", frame["cache_hit"].eq(True).to_numpy(dtype=bool)),
+                              ("miss", frame["cache_hit"].eq(False).to_numpy(dtype=bool))):
+            for name in stages if rows.any() else ():
+                us = np.rint(np.nan_to_num(numbers(frame[name]), nan=0.0, posinf=0.0, neginf=0.0) * 1000)
+                add_up(accs, keys.cache_time(outcome, name), np.where(rows, us, 0.0))
 
 
 def _total_latency(frame: pd.DataFrame, accs: list[Totals], deadline_ms: float | None) -> np.ndarray:

@@ -3,13 +3,16 @@
 Rows that cannot be joined yet wait in a buffer that the ingest stage (monitor.ingest.stage) persists with the source offsets.
 A prediction leaves the buffer when a timing of its request arrives, or unmatched when `lateness` has
 passed since it was read; a timing whose prediction never arrives within `lateness` becomes an orphan.
+A request folded with timings is remembered (its key, bucket keys and stages) for twice `lateness`: a timing
+of it that arrives within `lateness` of its prediction joins it (and is folded into its bucket on its own),
+a later one is late, and one repeating a stage it has is a duplicate.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -20,6 +23,8 @@ import pyarrow.compute as pc
 from monitor.aggregate.keys import STAGE_PREFIX
 
 ARRIVED = "_arrived"  # when the row was read (the tick's clock): the lateness bound counts from here
+KEY = "_key"  # a remembered request's request_id as key_hashes gives it
+FOLD_KEYS = ("ts", "model_version", "cache_hit")  # what folding a request's later timings needs of its row
 
 
 @dataclass(frozen=True)
@@ -31,15 +36,22 @@ class Joined:
     pending_timings: pd.DataFrame
     orphans: pd.DataFrame  # timings whose prediction did not arrive within lateness
     duplicates: int  # repeated request_ids among predictions (the first was kept)
-    duplicate_timings: int  # repeated (request_id, stage) among timings (the first was kept)
+    duplicate_timings: int  # repeated (request_id, stage) among timings, or of a remembered request (the first was kept)
+    late: pd.DataFrame = field(default_factory=pd.DataFrame)  # remembered requests' new timings, one row each, to fold with `only_stages`
+    late_timings: pd.DataFrame = field(default_factory=pd.DataFrame)  # timings of a remembered request read after its lateness
+    remember: pd.DataFrame = field(default_factory=pd.DataFrame)  # rows to add to the remembered requests (see `join`'s `folded`)
 
 
 def join(predictions: pd.DataFrame, timings: pd.DataFrame | None, now: datetime,
-         lateness: timedelta, expire: bool = True) -> Joined:
+         lateness: timedelta, expire: bool = True, folded: pd.DataFrame | None = None,
+         segments: tuple[str, ...] = ()) -> Joined:
     """Join buffered + new predictions with buffered + new timings (None: no timing source).
 
     `expire`: let rows whose lateness has passed leave unmatched; False while the tick still has
     chunks to read, since their partners may be in the next chunk.
+    `folded`: the requests already folded with timings (the `remember` rows of earlier joins, several rows
+    per request as it gains stages; None: none are remembered, a timing without a prediction waits);
+    `segments`: the segment columns their rows keep, for their later timings' fold.
     """
     empty = pd.DataFrame()
     if "request_id" not in predictions:
@@ -72,6 +84,10 @@ def join(predictions: pd.DataFrame, timings: pd.DataFrame | None, now: datetime,
     has_prediction = timings["request_id"].isin(predictions["request_id"]).to_numpy() if len(timings) else np.zeros(0, bool)
     matched_t = timings[has_prediction]
     waiting_t = timings[~has_prediction]
+    late = late_timings = remember_late = empty
+    if folded is not None and len(folded) and len(waiting_t):
+        waiting_t, late, late_timings, remember_late, repeated_t = _join_folded(waiting_t, folded, lateness)
+        duplicate_timings += repeated_t
     orphan_mask = (waiting_t[ARRIVED] <= expired_at).to_numpy() if len(waiting_t) else np.zeros(0, bool)
 
     has_timing = predictions["request_id"].isin(matched_t["request_id"]).to_numpy() if len(predictions) else np.zeros(0, bool)
@@ -84,14 +100,94 @@ def join(predictions: pd.DataFrame, timings: pd.DataFrame | None, now: datetime,
         counts = matched_t.groupby("request_id").size()
         ready["stage_rows"] = ready["request_id"].map(counts).fillna(0).astype("int64").to_numpy()
         ready["joined"] = ready["stage_rows"].to_numpy() > 0
+    ready = ready.reset_index(drop=True)
+    remember = empty
+    if folded is not None:
+        joined_now = ready[ready["joined"].to_numpy(dtype=bool)] if len(ready) else ready
+        remember = concat_remembered([_remembered(joined_now, segments), remember_late])
     return Joined(
-        ready=ready.reset_index(drop=True),
+        ready=ready,
         pending_predictions=predictions[~leave].reset_index(drop=True),
         pending_timings=waiting_t[~orphan_mask].reset_index(drop=True),
         orphans=waiting_t[orphan_mask].reset_index(drop=True),
         duplicates=duplicates,
         duplicate_timings=duplicate_timings,
+        late=late,
+        late_timings=late_timings,
+        remember=remember,
     )
+
+
+def _remembered(ready: pd.DataFrame, segments: tuple[str, ...]) -> pd.DataFrame:
+    """The `folded` rows of requests folded with timings: key, arrival, bucket keys, a bool per stage."""
+    if not len(ready):
+        return pd.DataFrame()
+    keep = [c for c in (ARRIVED, *FOLD_KEYS, *segments) if c in ready]
+    out = ready[list(dict.fromkeys(keep))].copy()
+    for c in ready.columns:
+        if c.startswith(STAGE_PREFIX):
+            out[c] = ready[c].notna().to_numpy()
+    out.insert(0, KEY, key_hashes(ready["request_id"]))
+    return out.reset_index(drop=True)
+
+
+def concat_remembered(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Remembered rows as one frame; a stage some rows lack is False there."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    out = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    stages = [c for c in out.columns if c.startswith(STAGE_PREFIX)]
+    if stages and len(frames) > 1:
+        out[stages] = out[stages].eq(True)  # missing (NaN) is False
+    return out
+
+
+def forget(folded: pd.DataFrame, now: datetime, lateness: timedelta) -> pd.DataFrame:
+    """The remembered requests whose prediction was read less than twice `lateness` before `now`: a timing
+    of one is joined within lateness and told late after it; an older request's timing is an orphan."""
+    if not len(folded):
+        return folded
+    return folded[(folded[ARRIVED] > pd.Timestamp(now) - 2 * lateness).to_numpy()].reset_index(drop=True)
+
+
+def _join_folded(waiting: pd.DataFrame, folded: pd.DataFrame, lateness: timedelta):
+    """Split timings without a prediction by the remembered requests: (still waiting, the late rows to fold,
+    those read after their request's lateness, the rows to remember, repeats of a stage a request has)."""
+    empty = pd.DataFrame()
+    keys = key_hashes(waiting["request_id"])
+    hit = pd.Series(keys).isin(folded[KEY]).to_numpy()
+    if not hit.any():
+        return waiting, empty, empty, empty, 0
+    found = waiting[hit].reset_index(drop=True)
+    found[KEY] = keys[hit]
+    known = folded[folded[KEY].isin(found[KEY]).to_numpy()]
+    first = known.drop_duplicates(KEY).set_index(KEY)  # a request's keys are the same in each of its rows
+    stages = [c for c in known.columns if c.startswith(STAGE_PREFIX)]
+    column = STAGE_PREFIX + found["stage"].astype(str)
+    if stages:
+        has = known.groupby(KEY)[stages].any().stack()
+        has = has[has.to_numpy(dtype=bool)].index
+        repeated = pd.MultiIndex.from_arrays([found[KEY], column]).isin(has)
+    else:
+        repeated = np.zeros(len(found), bool)
+    opened = first[ARRIVED].reindex(found[KEY]).reset_index(drop=True)
+    too_late = ((found[ARRIVED] - opened) > pd.Timedelta(lateness)).to_numpy(dtype=bool) & ~repeated
+    joins = found[~repeated & ~too_late]
+    late = remember = empty
+    if len(joins):
+        wide = joins.set_index([KEY, "stage"])["duration_ms"].unstack("stage")
+        wide.columns = [STAGE_PREFIX + str(c) for c in wide.columns]
+        carried = [c for c in first.columns if not c.startswith(STAGE_PREFIX)]
+        late = first.loc[wide.index, carried].join(wide)
+        late["stage_rows"] = joins.groupby(KEY).size().reindex(wide.index).to_numpy(dtype="int64")
+        late["joined"] = True
+        late = late.rename_axis(KEY).reset_index()
+        remember = late[[KEY, *carried]].copy()
+        for c in wide.columns:
+            remember[c] = late[c].notna().to_numpy()
+    return (waiting[~hit].reset_index(drop=True), late, found[too_late].drop(columns=KEY).reset_index(drop=True),
+            remember, int(repeated.sum()))
 
 
 def _repeated(ids: pd.Series) -> np.ndarray | None:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -24,7 +24,16 @@ from monitor.aggregate.profile import Profile
 from monitor.config import Config, Service
 from monitor.contract import Reason, RecordKind, Reject, excerpt
 from monitor.ingest.accept import Intake, Rejected, quarantine_rows
-from monitor.ingest.frame import ARRIVED, Joined, combined_hashes, from_blobs, join, to_blob
+from monitor.ingest.frame import (
+    ARRIVED,
+    Joined,
+    combined_hashes,
+    concat_remembered,
+    forget,
+    from_blobs,
+    join,
+    to_blob,
+)
 from monitor.ingest.labels import scored_rows
 from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import Batch, Observer
@@ -74,6 +83,8 @@ def ingest(config: Config, service: Service, store: Store, now: datetime, tick_i
         time_offsets = store.offsets.load(session, time_source.name) if time_source else {}
         pending_p = from_blobs(store.pending.load(session, name, RecordKind.predictions.value))
         pending_t = from_blobs(store.pending.load(session, name, RecordKind.timings.value))
+        folded = (_Remembered(store.pending.load_each(session, name, FOLDED), now, service.join.lateness)
+                  if time_source else None)
 
     reads = _Sum(observe, 2 if time_source else 1) if observe is not None else None
     pred_batches = _read_ahead(pred_source, pred_offsets, reads and reads.part(0))
@@ -101,15 +112,21 @@ def ingest(config: Config, service: Service, store: Store, now: datetime, tick_i
                 new_t, dropped = seen_t.drop_seen(new_t)
                 counts.duplicate_timings += dropped
             joined = join(_concat(pending_p, new_p), _concat(pending_t, new_t) if timed else None, now,
-                          service.join.lateness, expire=final)
+                          service.join.lateness, expire=final, folded=folded.rows if folded else None,
+                          segments=tuple(service.schema_.segments))
             pending_p, pending_t = joined.pending_predictions, joined.pending_timings
+            if folded is not None:
+                folded.add(joined.remember)
             for _, row in joined.orphans.iterrows():
                 rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row)))
-            step = _Step(pb, tb, rejects, joined, new_p, folder.submit(_fold_step, joined.ready, service, timed, profile))
+            for _, row in joined.late_timings.iterrows():
+                rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row, Reason.late_timing)))
+            step = _Step(pb, tb, rejects, joined, new_p, final,
+                         folder.submit(_fold_step, joined.ready, joined.late, service, timed, profile))
             if previous is not None:
-                _commit(previous, service, store, now, tick_id, counts, pred_source, time_source)
+                _commit(previous, service, store, now, tick_id, counts, pred_source, time_source, folded)
             previous = step
-        _commit(previous, service, store, now, tick_id, counts, pred_source, time_source)
+        _commit(previous, service, store, now, tick_id, counts, pred_source, time_source, folded)
     finally:
         folder.shutdown(wait=True, cancel_futures=True)
     counts.pending_predictions, counts.pending_timings = len(pending_p), len(pending_t)
@@ -146,6 +163,40 @@ class _Seen:
 
 
 FOLD_WORKERS = 2  # steps folded at once; each holds its rows' per-row arrays until it is committed
+FOLDED = "folded"  # the join buffer kind of the requests folded with timings (frame.join's `folded`)
+
+
+class _Remembered:
+    """The requests folded with timings that a later timing may still join (frame.join's `folded`), and the
+    stored blobs holding them: each step keeps its new rows in a blob of its own (a step writes what it read,
+    not the whole memory), and the last step of a tick removes the blobs whose every row is forgotten."""
+
+    def __init__(self, blobs: list[tuple[int, bytes]], now: datetime, lateness: timedelta) -> None:
+        self.now, self.lateness = now, lateness
+        self.blobs: list[tuple[int, pd.Timestamp | None]] = []  # (id, the latest arrival it holds)
+        frames = []
+        for blob_id, blob in blobs:
+            rows = from_blobs([blob])
+            self.blobs.append((blob_id, rows[ARRIVED].max() if len(rows) else None))
+            frames.append(forget(rows, now, lateness))
+        self.rows = concat_remembered(frames)
+
+    def add(self, rows: pd.DataFrame) -> None:
+        if len(rows):
+            self.rows = concat_remembered([self.rows, rows])
+
+    def save(self, session, store: Store, service: str, rows: pd.DataFrame, final: bool) -> None:
+        """Store one step's new rows (those a later tick can still use); on the last step, remove the
+        blobs a later tick has no use for."""
+        kept = forget(rows, self.now, self.lateness)
+        if len(kept):
+            self.blobs.append((store.pending.add(session, service, FOLDED, to_blob(kept), len(kept)),
+                               kept[ARRIVED].max()))
+        if final:
+            cutoff = pd.Timestamp(self.now) - 2 * self.lateness
+            gone = {i for i, latest in self.blobs if latest is None or latest <= cutoff}
+            store.pending.remove(session, gone)
+            self.blobs = [(i, latest) for i, latest in self.blobs if i not in gone]
 
 
 @dataclass
@@ -157,17 +208,21 @@ class _Step:
     rejects: list[Rejected]
     joined: Joined
     new_p: pd.DataFrame
+    final: bool  # the tick's last step
     folded: Future  # (partials, first sightings)
 
 
-def _fold_step(ready: pd.DataFrame, service: Service, timed: bool, profile: Profile | None) -> tuple[list, dict]:
+def _fold_step(ready: pd.DataFrame, late: pd.DataFrame, service: Service, timed: bool,
+               profile: Profile | None) -> tuple[list, dict]:
     partials = fold(ready, service.buckets.size, service.schema_.segments, timed=timed, schema=service.schema_,
                     profile=profile, deadline_ms=service.deadline_ms)
+    # Timings that joined a request folded before: its bucket's partials take them, not the request again.
+    partials += fold(late, service.buckets.size, service.schema_.segments, timed=timed, only_stages=True)
     return partials, first_sightings(ready)
 
 
 def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id: int, counts: Ingested,
-            pred_source, time_source) -> None:
+            pred_source, time_source, folded: _Remembered | None) -> None:
     """Store one step's quarantine, partials, waiting rows and offsets in one transaction; count it."""
     name, joined, ready = service.name, step.joined, step.joined.ready
     partials, sightings = step.folded.result()
@@ -188,6 +243,8 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
         if time_source:
             store.pending.replace(session, name, RecordKind.timings.value, to_blob(joined.pending_timings),
                                   len(joined.pending_timings))
+        if folded is not None:
+            folded.save(session, store, name, joined.remember, step.final)
         if step.pb is not None:
             store.offsets.save(session, pred_source.name, step.pb.offsets)
         if step.tb is not None:
@@ -195,8 +252,9 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
 
     counts.count(step.rejects)
     counts.orphan_timings += len(joined.orphans)
-    if len(joined.orphans):
-        counts.orphans_read_before += int((joined.orphans[ARRIVED] < pd.Timestamp(now)).sum())
+    for let_go in (joined.orphans, joined.late_timings):
+        if len(let_go):
+            counts.orphans_read_before += int((let_go[ARRIVED] < pd.Timestamp(now)).sum())
     counts.duplicates += joined.duplicates
     counts.duplicate_timings += joined.duplicate_timings
     counts.folded += len(ready)
@@ -204,8 +262,10 @@ def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id:
     if len(ready) and time_source:
         counts.joined += int(ready["joined"].sum())
         counts.unmatched += int((~ready["joined"]).sum())
-    if len(ready):
-        lo, hi = ready["ts"].min().isoformat(), ready["ts"].max().isoformat()
+    # The buckets late timings changed are touched too: their windows are scored again.
+    touched = [f["ts"] for f in (ready, joined.late) if len(f)]
+    if touched:
+        lo, hi = min(t.min() for t in touched).isoformat(), max(t.max() for t in touched).isoformat()
         counts.first_ts = min(counts.first_ts or lo, lo)
         counts.last_ts = max(counts.last_ts or hi, hi)
 
@@ -284,6 +344,8 @@ def _concat(a: pd.DataFrame, b: pd.DataFrame | None) -> pd.DataFrame:
     return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
-def _orphan(row: pd.Series) -> Reject:
+def _orphan(row: pd.Series, reason: Reason = Reason.orphan_timing) -> Reject:
+    """The reject of a timing no prediction took; a late one names `request_id`, whose request had closed."""
     text = f'{{"request_id": "{row["request_id"]}", "stage": "{row["stage"]}", "duration_ms": {row["duration_ms"]}}}'
-    return Reject(f"{row.get('_source', '')}:{row.get('_line', '?')}", Reason.orphan_timing, excerpt(text))
+    return Reject(f"{row.get('_source', '')}:{row.get('_line', '?')}", reason, excerpt(text),
+                  "request_id" if reason == Reason.late_timing else None)

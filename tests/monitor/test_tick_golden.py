@@ -146,9 +146,9 @@ def test_a_scenario_ticked_stores_and_reports_the_golden_rows(tmp_path):
 
 
 EMPTY = hashlib.sha256(b"").hexdigest()[:16]
-GOLDEN_REPORTS = "1070983c3878c1cb2cbe0fa48977bb061293ec549e9d1b4851c74c9702838195"
+GOLDEN_REPORTS = "3dc30a1f8377fec77eaa96653c11f90496511e3cb9d1f9b7bf3d9b3154fe6cfb"
 GOLDEN_TABLES = {
-    "bucket_partials": "4a9bff68b52e87f7", "findings": "bd7c3fa5ef1351d4", "labels": "036fa5e04a393983",
-    "quarantine": "e52ab5768ac132f1", "reference_profiles": "d9369df1877903f1", "scored_predictions": "33fb0c7fd226945b",
-    "source_offsets": "bfa23c817de6ba65", "ticks": "c9fcee1f47e8c5e5", "versions_seen": "d3fd25f40a1dad49",
+    "bucket_partials": "0c2c3083adafcd55", "findings": "350e9e374e4d0b4d", "labels": "036fa5e04a393983",
+    "quarantine": "67a0aa7b859ce295", "reference_profiles": "d9369df1877903f1", "scored_predictions": "33fb0c7fd226945b",
+    "source_offsets": "bfa23c817de6ba65", "ticks": "20cb14462a3de47a", "versions_seen": "d3fd25f40a1dad49",
 }
