@@ -28,6 +28,13 @@ def _cap() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
 
+def one_refused(record_property) -> None:
+    """The reliability table's row of one hostile config refused: one input, no row read or lost."""
+    record_property("rel_inputs", 1)
+    record_property("rel_rows", 0)
+    record_property("rel_rows_lost", 0)
+
+
 def refused(config: str, tmp: Path) -> tuple[str, float]:
     """Run `tailwatch --config <config> check-logs` capped; returns its error output and its seconds, after
     asserting it failed cleanly: a non-zero exit, no traceback, within TIMEOUT."""
@@ -61,9 +68,7 @@ def test_a_billion_laughs_config(tmp_path, record_property):
     path.write_text(billion_laughs())
     output, _ = refused(str(path), tmp_path)
     assert "laughs.yaml: not valid YAML" in output and "aliases are expanded" in output
-    record_property("rel_inputs", 1)
-    record_property("rel_rows", 0)
-    record_property("rel_rows_lost", 0)
+    one_refused(record_property)
 
 
 def test_many_aliases_are_refused(tmp_path, record_property):
@@ -72,9 +77,7 @@ def test_many_aliases_are_refused(tmp_path, record_property):
     path.write_text("x: &x 1\nys: [" + ", ".join(["*x"] * 5000) + "]\n")
     output, _ = refused(str(path), tmp_path)
     assert "more than 1,000 aliases" in output
-    record_property("rel_inputs", 1)
-    record_property("rel_rows", 0)
-    record_property("rel_rows_lost", 0)
+    one_refused(record_property)
 
 
 def test_a_config_of_100_mb(tmp_path, record_property):
@@ -91,17 +94,13 @@ def test_a_config_of_100_mb(tmp_path, record_property):
         path.unlink()
     assert "huge.yaml is larger than 1,048,576 bytes" in output
     assert took < TIMEOUT / 2
-    record_property("rel_inputs", 1)
-    record_property("rel_rows", 0)
-    record_property("rel_rows_lost", 0)
+    one_refused(record_property)
 
 
 def test_dev_zero_as_the_config(tmp_path, record_property):
     output, _ = refused("/dev/zero", tmp_path)
     assert "cannot read config file /dev/zero: not a regular file" in output
-    record_property("rel_inputs", 1)
-    record_property("rel_rows", 0)
-    record_property("rel_rows_lost", 0)
+    one_refused(record_property)
 
 
 def test_a_config_nested_too_deep(tmp_path, record_property):
@@ -109,6 +108,4 @@ def test_a_config_nested_too_deep(tmp_path, record_property):
     path.write_text("services: " + "[" * 100_000 + "]" * 100_000 + "\n")
     output, _ = refused(str(path), tmp_path)
     assert "deep.yaml: not valid YAML" in output
-    record_property("rel_inputs", 1)
-    record_property("rel_rows", 0)
-    record_property("rel_rows_lost", 0)
+    one_refused(record_property)
