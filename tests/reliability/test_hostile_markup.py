@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ import yaml
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / d) for d in ("alerts", "prometheus")]
 import test_after_tick as after_tick_support  # noqa: E402
 from alerts_support import TOKEN, FakeSlack, make_config  # noqa: E402
+from test_alertmanager_delivery import RealAlertmanager  # noqa: E402
 from test_real_stack import binary, free_port, poll  # noqa: E402
 from tests_support import Receiver  # noqa: E402
 
@@ -117,13 +117,14 @@ def test_alertmanager_labels_and_annotations_are_plain_text_and_capped(tmp_path,
     record_property("rel_inputs", len(values) * len(alerts))
 
 
-class ShippedAlertmanager:
+class ShippedAlertmanager(RealAlertmanager):
     """The real Alertmanager on 127.0.0.1 with deploy/alertmanager's config and templates as shipped, its
-    secret files written here (the Slack webhook URL: `slack`), and no waits between a group's alerts."""
+    secret files written here (the Slack webhook URL: `slack`), and no waits between a group's alerts;
+    started at once."""
 
     def __init__(self, work: Path, slack: str) -> None:
         self.exe = binary("prometheus-alertmanager", "prometheus-alertmanager")
-        self.work, self.port = work, free_port()
+        self.work, self.port, self.proc = work, free_port(), None
         self.url = f"http://127.0.0.1:{self.port}"
         for shipped in (DEPLOY / "alertmanager").iterdir():  # the config and the templates it names
             shutil.copy(shipped, work / shipped.name)
@@ -138,28 +139,13 @@ class ShippedAlertmanager:
                             path.write_text(value)
                             c[key] = str(path)
         (work / "alertmanager.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self.log = open(work / "alertmanager.log", "ab")
-        self.proc = subprocess.Popen(
-            [self.exe, f"--config.file={work / 'alertmanager.yml'}", f"--storage.path={work / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        poll("Alertmanager ready", lambda: self.proc.poll() is None and urllib.request.urlopen(
-            f"{self.url}/-/ready", timeout=2).status == 200)
+        self.start()
 
     def push(self, alerts: list[dict]) -> None:
         request = urllib.request.Request(f"{self.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(request, timeout=5) as resp:
             assert resp.status == 200
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
 
 
 def test_markup_from_the_logs_stays_text_through_the_shipped_alertmanager_route_into_slack(
