@@ -169,12 +169,14 @@ def score(store: Store, service: str, profile: Profile | None, windows: list[tup
             rows = [r for a, b in [*ranges, (start, end)] for r in _load(store, service, a, b)]
         window: dict[tuple[str, str], list[_Row]] = defaultdict(list)
         baseline: dict[tuple[str, str], list[_Row]] = defaultdict(list)
+        load: dict[datetime, int] = defaultdict(int)  # all traffic's requests per stretch of the window's length
         for row in rows:
+            if row[2] == ALL:
+                load[floor_to(row[0], end - start)] += row[3].rows
             if row[0] >= start:
                 window[(row[1], row[2])].append(row)
             elif any(a <= row[0] < b for a, b in ranges) and not regressions.holds(row, end - start):
                 baseline[(row[1], row[2])].append(row)
-        load = _load_per_block(rows, end - start)
         busy = load.get(start, 0)
         clean: dict[tuple[str, str], bool] = {}
         for (version, segment), parts in sorted(window.items()):
@@ -242,16 +244,6 @@ def _evaluate(window: Partial, profile: Profile | None, base: Partial | None, lo
     for name in WINDOW_CHECKS:
         out += evaluate(window, profile, loaded if name in LOAD_CHECKS else base, params, only=(name,))
     return out
-
-
-def _load_per_block(rows: list[_Row], size: timedelta) -> dict[datetime, int]:
-    """Requests of all traffic (every version) per block of the window's length `size`, by block start: a
-    bucket's load is its block's, smoothed over as many requests as the window holds."""
-    load: dict[datetime, int] = defaultdict(int)
-    for start, _, segment, part in rows:
-        if segment == ALL:
-            load[floor_to(start, size)] += part.rows
-    return load
 
 
 def _as_busy(history: list[_Row], load: dict[datetime, int], busy: int, rows: int, size: timedelta) -> list[_Row]:
