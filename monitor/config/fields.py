@@ -136,6 +136,14 @@ def hide_credentials(text: str) -> str:
     return _URL_USER.sub(hide, text)
 
 
+def http_url(url: str) -> str:
+    """`url` when it is an http(s) URL without credentials in it; ValueError otherwise (the credentials
+    shown as ***): a URL in the config is printed back in errors, logs and the tick report, a secret is not."""
+    if not url.startswith(("http://", "https://")) or "@" in url.split("/")[2]:
+        raise ValueError(f"not an http(s) URL without credentials: {hide_credentials(url)!r}")
+    return url
+
+
 # Up to the last @ of the URL: a password written unquoted may hold / ? # or @ itself.
 _URL_USER = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"]*)@")
 

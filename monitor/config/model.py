@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from monitor.config.crosscheck import metrics_errors
-from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url, hide_credentials
+from monitor.config.fields import Duration, Secret, base_dir, check_cron, check_url, http_url
 from monitor.config.metrics import MetricsExport
 from monitor.config.service import Service, SqlSource
 from monitor.config.ui import Ui
@@ -67,6 +67,13 @@ class Limits(StrictModel):
     max_line_bytes: int = Field(1024 * 1024, gt=0)
     # Decompressed bytes read from one .gz file in one tick; the rest waits for the next tick.
     max_decompressed_bytes_per_tick: int = Field(1024 * 1024 * 1024, gt=0)
+    # Per service, the distinct values folded under their own name; past a cap, a tick folds the rest into one
+    # `<other>` bucket (counted, warned): a service runs a few versions at once (stable, canary, shadow),
+    max_versions: int = Field(50, gt=0)
+    # a request passes a handful of named stages (a trace of hundreds of span names is not a pipeline),
+    max_stages: int = Field(32, gt=0)
+    # and a segment column splits traffic into what a person reads on one page (per column).
+    max_segment_values: int = Field(100, gt=0)
 
 
 # --- daemon ---
@@ -180,6 +187,11 @@ class Slack(StrictModel):
     max_attempts: int = Field(50, gt=0)  # per outbox item, then it is marked failed
     explain_command: str = "tailwatch explain {incident} --service {service}"  # {incident} {service} {model_version}
 
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        return http_url(value)
+
     @model_validator(mode="after")
     def _one_way(self) -> Slack:
         if self.token is not None and self.channel is None and not self.routes:
@@ -210,10 +222,12 @@ class Alertmanager(StrictModel):
     @field_validator("urls")
     @classmethod
     def _http(cls, value):
-        for url in value:
-            if not url.startswith(("http://", "https://")) or "@" in url.split("/")[2]:
-                raise ValueError(f"not an http(s) URL without credentials: {hide_credentials(url)!r}")
-        return value
+        return [http_url(url) for url in value]
+
+    @field_validator("runbook_url")
+    @classmethod
+    def _runbook(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value)
 
     @model_validator(mode="after")
     def _one_auth(self) -> Alertmanager:

@@ -57,6 +57,8 @@ URLS = {  # a bad URL -> where it goes
     "sql source url query password": ("source.url", f"postgresql://tw@db/logs?sslpassword={URL_CANARY}"),
     "alertmanager url password": ("alertmanager.urls", f"https://tw:{URL_CANARY}@am:9093"),
     "alertmanager url token": ("alertmanager.urls", f"https://{URL_CANARY}@am:9093/"),
+    "alertmanager runbook url password": ("alertmanager.runbook_url", f"https://tw:{URL_CANARY}@wiki/{{alertname}}"),
+    "slack base url token": ("slack.base_url", f"https://{URL_CANARY}@slack.example/api/"),
 }
 
 
@@ -116,6 +118,10 @@ def test_credentials_on_a_url_are_refused_and_never_printed(tmp_path, case, reco
     elif where == "source.url":
         SECRETS["services[0] sql source password"](raw, {"env": "TW_SOURCE_PASSWORD"})
         raw["services"][0]["sources"]["predictions"]["url"] = url
+    elif where == "alertmanager.runbook_url":
+        raw["alerts"] = {"alertmanager": {"urls": ["http://am-1:9093"], "runbook_url": url}}
+    elif where == "slack.base_url":
+        raw["alerts"] = {"slack": {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#a", "base_url": url}}
     else:
         raw["alerts"] = {"alertmanager": {"urls": ["http://am-1:9093", url]}}
     commands = [("check-logs",)] + ([("db", "upgrade")] if where == "storage.url" else [])
