@@ -48,8 +48,9 @@ def plain(value: Any, limit: int | None = None) -> str:
     return text if limit is None else _cut(text, limit)
 
 
-# C0 and C1 controls, DEL, and the bidi embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069).
-_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, the bidi embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069)
+# and the direction marks (U+200E, U+200F, U+061C), each of which reorders the text around it.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _BREAKS = re.compile("[\t\n\r\v\f\x85\u2028\u2029]")
 
 

@@ -37,12 +37,14 @@ pytestmark = pytest.mark.reliability
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # What a hostile producer writes into a logged value: a channel mention, a link that shows one text and goes
-# elsewhere, a user mention, a right-to-left override (shows "exe.png" as "gnp.exe"), a terminal escape.
+# elsewhere, a user mention, a right-to-left override (shows "exe.png" as "gnp.exe"), direction marks, a
+# terminal escape.
 MARKUP = ["<!channel>", "<!here>", "<https://evil.example/steal|click here>", "<@U123ABC>", "<#C0123|general>"]
-HOSTILE = " ".join(MARKUP) + " \u202egnp.exe\u202c \u2066iso\u2069 \x1b[31mred\x1b[0m \x07 & done"
+HOSTILE = (" ".join(MARKUP) + " \u202egnp.exe\u202c \u2066iso\u2069 \u200fmark\u200e \u061c \x1b[31mred\x1b[0m \x07"
+           " & done")
 VERSION = "v2 " + HOSTILE + " " + "x" * 100_000
 FIELD = "Contract " + HOSTILE
-BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # line breaks aside: the evidence is a line per item
 LIVE = re.compile(r"<[!@#]|<(https?|mailto):")
 MAX_LABEL, MAX_ANNOTATION = 200, 4000  # characters, as docs/alerts.md says
@@ -119,10 +121,10 @@ def test_alertmanager_labels_and_annotations_are_plain_text_and_capped(tmp_path,
 
 class ShippedAlertmanager(RealAlertmanager):
     """The real Alertmanager on 127.0.0.1 with deploy/alertmanager's config and templates as shipped, its
-    secret files written here (the Slack webhook URL: `slack`), and no waits between a group's alerts;
-    started at once."""
+    secret files written here (the Slack webhook URL: `slack`), PagerDuty's events sent to `pagerduty`,
+    and no waits between a group's alerts; started at once."""
 
-    def __init__(self, work: Path, slack: str) -> None:
+    def __init__(self, work: Path, slack: str, pagerduty: str) -> None:
         self.exe = binary("prometheus-alertmanager", "prometheus-alertmanager")
         self.work, self.port, self.proc = work, free_port(), None
         self.url = f"http://127.0.0.1:{self.port}"
@@ -138,6 +140,8 @@ class ShippedAlertmanager(RealAlertmanager):
                             path = work / Path(c[key]).name
                             path.write_text(value)
                             c[key] = str(path)
+                    if "routing_key_file" in c:
+                        c["url"] = pagerduty
         (work / "alertmanager.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         self.start()
 
@@ -150,8 +154,8 @@ class ShippedAlertmanager(RealAlertmanager):
 
 def test_markup_from_the_logs_stays_text_through_the_shipped_alertmanager_route_into_slack(
         tmp_path, hostile_store, record_property):
-    slack = Receiver()  # Slack's incoming webhook: records the JSON Alertmanager posts
-    am = ShippedAlertmanager(tmp_path, slack.url + "/services/hook")
+    slack = Receiver()  # Slack's incoming webhook and PagerDuty's events API: record the JSON Alertmanager posts
+    am = ShippedAlertmanager(tmp_path, slack.url + "/services/hook", slack.url + "/v2/enqueue")
     try:
         config = alert_config(tmp_path, am.url)
         assert after_tick(config, hostile_store, after_tick_support.at(1)).enqueued == 1
@@ -159,14 +163,26 @@ def test_markup_from_the_logs_stays_text_through_the_shipped_alertmanager_route_
         # And an alert as the shipped Prometheus rules write one: the label values in its summary, raw.
         am.push([{"labels": {"alertname": "TailwatchModelSlower", "service": "churn", "model_version": FIELD,
                              "severity": "warning"},
-                  "annotations": {"summary": f"churn {VERSION} got slower (15m window)"}}])
-        posts = poll("both Slack notifications", lambda: len(slack.posts) >= 2 and slack.posts)
+                  "annotations": {"summary": f"churn {VERSION} got slower (15m window)"}},
+                 # (another version: a page inhibits the warnings of its own version)
+                 {"labels": {"alertname": "TailwatchModelWorse", "service": "churn",
+                             "model_version": "v3 " + HOSTILE, "severity": "critical"},
+                  "annotations": {"summary": f"churn {VERSION} got worse"}}])
+        posts = poll("both Slack notifications and the page", lambda: len(slack.posts) >= 3 and slack.posts)
     finally:
         am.stop()
         slack.close()
         print((tmp_path / "alertmanager.log").read_text()[-3000:])
     shown = []
-    for post in posts:
+    pages = [p["body"] for p in posts if p["path"] == "/v2/enqueue"]
+    assert len(pages) == 1, posts
+    # PagerDuty shows text as it is: no control characters or bidi overrides, each value capped.
+    paged = [pages[0]["payload"]["summary"], *map(str, pages[0]["payload"]["custom_details"].values())]
+    for value in paged:
+        assert not BIDI.search(value) and not CONTROL.search(value.replace("\n", "")), value[:400]
+        assert len(value) < 4000, len(value)
+    assert "TailwatchModelWorse churn v3 <!channel>" in paged[0] and "churn v2 <!channel>" in "".join(paged)
+    for post in (p for p in posts if p["path"] != "/v2/enqueue"):
         for attachment in post["body"]["attachments"]:
             for key in ("title", "text", "fallback", "pretext", "footer"):
                 value = attachment.get(key) or ""
