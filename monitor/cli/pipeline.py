@@ -238,6 +238,7 @@ def nightly(
     """Score every matured window against its delayed labels (idempotent: a rerun rewrites the same results)."""
     from datetime import timedelta
 
+    from monitor.alerts.render import plain
     from monitor.daemon.nightly import run_nightly
 
     if now is not None and date is not None:
@@ -270,7 +271,7 @@ def nightly(
     out.print(table)
     for s in report.services:
         for line in s.breaches[:20]:
-            out.print(Text("breach ", style="red") + Text(f"{s.service} {line}"), highlight=False)
+            out.print(Text("breach ", style="red") + Text(plain(f"{s.service} {line}")), highlight=False)
         if s.estimate_error:
             errs = ", ".join(f"{k} {v:.3f}" for k, v in sorted(s.estimate_error.items()))
             out.print(f"[dim]{s.service}: estimate mean |error| vs realized: {errs}[/]", highlight=False)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from monitor.config import Config
+from monitor.verdicts import evidence
 from monitor.verdicts.quality import WindowQuality, realized_error, score_service
 from monitor.verdicts.windows import floor_to
 from storage.database import utc
@@ -28,6 +29,7 @@ class ServiceNightly:
     matured: int = 0
     findings: int = 0
     pruned: int = 0  # scored predictions dropped by retention
+    # Each breach in words: window start, version, check and labels, value vs baseline, n and interval.
     breaches: list[str] = field(default_factory=list)
     estimate_error: dict[str, float] = field(default_factory=dict)  # mean |estimate - realized| by metric:class
     scored: list[WindowQuality] = field(default_factory=list)
@@ -66,8 +68,8 @@ def run_nightly(config: Config, store: Store, now: datetime, service: str | None
         out.windows = len(scored)
         out.matured = sum(w.matured for w in scored)
         out.findings = sum(len(w.findings) for w in scored)
-        out.breaches = [f"{w.start:%Y-%m-%d %H:%M} {w.model_version} {f.check} "
-                        + ",".join(f"{k}={v}" for k, v in sorted(f.labels.items()))
+        out.breaches = [f"{w.start:%Y-%m-%d %H:%M} {w.model_version} "
+                        + evidence.text(f.to_row(svc.name, w.model_version, w.start, w.end))
                         for w in scored for f in w.findings if f.status == "breach"]
         errors = realized_error([f for w in scored for f in w.findings])
         out.estimate_error = {f"{m}:{c}": round(sum(abs(e) for e in v) / len(v), 6) for (m, c), v in errors.items()}

@@ -92,6 +92,8 @@ def test_worse_threshold_labels_in_waves_then_nightly(store, worse_threshold, tm
     assert (s.windows, s.matured) == (6, 6) and not s.failed_as_miss
     breaches = [b for b in s.breaches if " acceptance " in b]
     assert breaches and all(" v2 " in b for b in breaches)  # v1 (before the onset) never breaches
+    # Each in words a person acts on: the rule's figure against its floor, with n and the interval.
+    assert all("rule=" in b and " vs floor " in b and "n=" in b and "95% CI" in b for b in breaches), breaches
     assert s.estimate_error["recall:Yes"] < 0.1  # the estimate's error, reported per metric and class
     assert all(b["status"] == "breach" for b in findings(store, "label_bias"))
     first_run = {x["id"]: x for c in ("quality", "acceptance", "quality_estimate") for x in findings(store, c)}
@@ -165,5 +167,6 @@ def test_nightly_command(tmp_path: Path, worse_threshold) -> None:
     result = runner.invoke(app, [*base, "nightly", "--now", now])
     assert result.exit_code == 0, result.output
     assert "nightly quality" in result.output and "churn" in result.output and "breach" in result.output
+    assert " vs floor " in result.output and "95% CI" in result.output  # a breach line carries its figures
     bad = runner.invoke(app, [*base, "nightly", "--date", "yesterday"])
     assert bad.exit_code == 2 and "--date" in bad.output
