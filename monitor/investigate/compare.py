@@ -35,6 +35,7 @@ class Comparison:
 
 
 RATE_SUFFIXES = ("_rate", "_share")
+FAILURES = ("error", "timeout", "rejected")  # the statuses `failure_rate` counts
 
 
 def version_metrics(store: Store, service: Service, version: str, since: datetime, until: datetime,
@@ -46,7 +47,10 @@ def version_metrics(store: Store, service: Service, version: str, since: datetim
     part = merged[0][1] if merged else Partial()
     out: dict[str, float | None] = dict(history.partial_metrics(part))
     n = part.rows
-    out["failure_rate"] = (n - part.counts[keys.OK]) / n if n else None
+    # The service's failures: a cancelled request (the client went away) or a truncated answer (cut at its
+    # length limit) is counted in a rate of its own, not as a failure.
+    failed = sum(part.counts[keys.status(s)] for s in FAILURES)
+    out["failure_rate"] = failed / n if n else None
     with store.transaction() as session:
         # Buckets of each size counted apart: compacted history holds hours or days beside 5-minute buckets.
         served = store.partials.served(session, service.name, version, ALL, since, until)

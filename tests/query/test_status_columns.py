@@ -78,6 +78,10 @@ def test_compare_shows_cancelled_and_truncated_when_either_version_logs_them(sto
         assert table.loc[f"{status}_rate", "difference"] == pytest.approx(rate)
     names = list(table.index)
     assert names.index("reject_rate") < names.index("cancelled_rate") < names.index("timeout")
+    # A failure is the service's: error, timeout or reject; a cancelled or truncated request is not one.
+    failed = v2["status"].isin(["error", "timeout", "rejected"]).mean()
+    assert table.loc["failure_rate", "candidate"] == pytest.approx(failed)
+    assert failed < 1 - (v2["status"] == "ok").mean()
     plain = compare(store, churn_svc, "v1", "v2", START, END).table
     assert not LOGGED_COLUMNS & set(plain["metric"]) and "timeout_rate" in set(plain["metric"])
 
