@@ -8,6 +8,7 @@ Output holds request ids and aggregates; raw feature values only when asked for 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -22,6 +23,7 @@ from monitor.ingest.shape import to_contract
 from monitor.ingest.sources import open_source
 from monitor.ingest.sources.batch import FILE, LINE, Chain, Observer
 from monitor.ingest.validate import validate
+from monitor.investigate.ranked import Ranked
 from monitor.schema import Schema
 
 # Prediction fields that say where a request went and under which versions: what "most affected" is cut by.
@@ -53,16 +55,16 @@ class Drill:
     min_ms: float | None  # the floor the matches are at or above (ms): given, or that of the slowest share
     skipped: dict[str, int] = field(default_factory=dict)  # rows left out as a tick quarantines them, by reason
     slowest: float | None = None  # the share of the range's requests the floor was set at, when not given
+    limited: bool = False  # the matches were more than the rows held: the slowest of them are shown
 
 
-def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limits,
-          columns: set[str] | None, now: datetime, skipped: Counter, keep=None,
-          observe: Observer | None = None) -> pd.DataFrame:
-    """Every valid row of a source (files of rows or OTLP spans, or a SQL table read whole in cursor order),
-    typed by the contract; `keep(table)` filters in Arrow first. Rows the tick would quarantine are left
-    out and counted in `skipped`, by reason code. `observe` is told the rows read and the rows in all
-    (estimated from the bytes left, exact at the end)."""
-    frames = []
+def _frames(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limits,
+            columns: set[str] | None, now: datetime, skipped: Counter, keep=None,
+            observe: Observer | None = None) -> Iterator[pd.DataFrame]:
+    """The valid rows of a source (files of rows or OTLP spans, or a SQL table in cursor order), one chunk
+    at a time (at most `limits.chunk_rows`), typed by the contract; `keep(table)` filters in Arrow first.
+    Rows the tick would quarantine are left out and counted in `skipped`, by reason code. `observe` is told
+    the rows read and the rows in all (estimated from the bytes left, exact at the end)."""
     for batch in open_source(name, source_cfg, limits).read({}, observe):
         skipped.update(r.reason.value for r in batch.rejects)
         for raw in (batch.table, batch.frame):
@@ -86,7 +88,14 @@ def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limit
                 accepted, bad = validate(kind, raw, batch.file, schema, limits, now, source_cfg.timezone)
             skipped.update(r.reason.value for r in bad)
             if len(accepted):
-                frames.append(accepted.drop(columns=[LINE, FILE], errors="ignore"))
+                yield accepted.drop(columns=[LINE, FILE], errors="ignore")
+
+
+def _read(source_cfg, name: str, kind: RecordKind, schema: Schema, limits: Limits,
+          columns: set[str] | None, now: datetime, skipped: Counter, keep=None,
+          observe: Observer | None = None) -> pd.DataFrame:
+    """Every valid row of a source at once (`_frames` concatenated)."""
+    frames = list(_frames(source_cfg, name, kind, schema, limits, columns, now, skipped, keep, observe))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -97,68 +106,132 @@ def _bools(values) -> list[bool]:
 def drill(service: Service, limits: Limits, *, since: datetime, until: datetime, stage: str | None = None,
           min_ms: float | None = None, top: int = 20, model_version: str | None = None,
           status: str | None = None, features: bool = False, now: datetime | None = None,
-          observe: Observer | None = None, slowest: float | None = None) -> Drill:
+          observe: Observer | None = None, slowest: float | None = None, max_rows: int | None = None) -> Drill:
     """The `top` requests with ts in [since, until) ranked by the duration of `stage` (ms; None: total
     latency_ms), keeping those at or above `min_ms` (else, with `slowest`, those at or above the quantile
     that leaves that share of the range's requests: 0.05, the slowest 5%); and how the matching requests
-    split by dimension. `observe` is told the raw rows read (predictions, then timings) and the rows in all
-    when known."""
+    split by dimension. The logs are read a chunk at a time; `max_rows` bounds the rows held (the slowest
+    ones: `limited` says the matches were cut to them; the p95 per value is then within 1%), None holds every
+    row of the range. `observe` is told the raw rows read (timings of the stage, then predictions) and the
+    rows in all when known."""
     now = now or datetime.now(UTC)
     chain = Chain(observe) if observe is not None else None
     schema = service.schema_
     # Features are read and checked even when not shown: a row the tick quarantines for one is left out here.
     wanted = set(SHOWN) | set(schema.segments) | set(schema.signals) | set(schema.features)
+    hidden = [] if features else [c for c in schema.features
+                                  if c not in SHOWN and c not in schema.segments and c not in schema.signals]
     skipped: Counter = Counter()
-    preds = _read(service.sources.predictions, f"{service.name}/predictions", RecordKind.predictions,
-                  schema, limits, wanted, now, skipped, observe=chain)
-    if chain is not None:
-        chain.next()
-    if not features:
-        hidden = [c for c in schema.features if c not in SHOWN and c not in schema.segments and c not in schema.signals]
-        preds = preds.drop(columns=hidden, errors="ignore")
-    if preds.empty:
-        return _empty(stage, min_ms, skipped)
-    ts = preds["ts"]
-    inside = (ts >= pd.Timestamp(since)) & (ts < pd.Timestamp(until))
-    if model_version is not None:
-        inside &= preds["model_version"].astype(str) == model_version
-    if status is not None:
-        inside &= preds["status"].astype(str) == status
-    preds = preds[inside.to_numpy()].reset_index(drop=True)
-    if preds.empty:
-        return _empty(stage, min_ms, skipped)
-    if stage is None:
-        if "latency_ms" not in preds:
-            raise LogsError("the predictions carry no latency_ms; give --stage to rank by a stage timing")
-        measure = "latency_ms"
-        rows = preds.dropna(subset=["latency_ms"])
-    else:
+    measure = "latency_ms" if stage is None else f"{stage}_ms"
+    if stage is not None:
         if service.sources.timings is None:
             raise LogsError(f"service {service.name} has no timings source; --stage needs one")
-        timings = _read(service.sources.timings, f"{service.name}/timings", RecordKind.timings, schema, limits,
-                        {"request_id", "stage", "duration_ms"}, now, skipped,
-                        keep=lambda t: pc.fill_null(pc.equal(pc.cast(t["stage"], pa.string()), stage), False)
-                        if "stage" in t.column_names else pa.array([False] * t.num_rows), observe=chain)
-        if timings.empty:
-            raise LogsError(f"no timing rows of stage {stage!r} in {where(service.sources.timings)}")
-        timings = timings.drop_duplicates(["request_id", "stage"], keep="first")  # as the join keeps them
-        measure = f"{stage}_ms"
-        timings = timings.rename(columns={"duration_ms": measure})[["request_id", measure]]
-        rows = preds.merge(timings.astype({"request_id": object}),
-                           left_on=preds["request_id"].astype(object), right_on="request_id",
-                           how="inner", suffixes=("", "_t"))
-        rows = rows.drop(columns=[c for c in rows.columns if c.endswith("_t") or c == "key_0"])
+        keys, durations = _durations(service, stage, limits, now, skipped, chain)
+        if chain is not None:
+            chain.next()
+    ranked = Ranked(measure, [*DIMENSIONS, *schema.segments], max_rows, min_ms)
+    scanned, latency = 0, False
+    for preds in _frames(service.sources.predictions, f"{service.name}/predictions", RecordKind.predictions,
+                         schema, limits, wanted, now, skipped, observe=chain):
+        ts = preds["ts"]
+        inside = (ts >= pd.Timestamp(since)) & (ts < pd.Timestamp(until))
+        if model_version is not None:
+            inside &= preds["model_version"].astype(str) == model_version
+        if status is not None:
+            inside &= preds["status"].astype(str) == status
+        preds = preds[inside.to_numpy()].drop(columns=hidden, errors="ignore").reset_index(drop=True)
+        scanned += len(preds)
+        if not len(preds):
+            continue
+        if stage is None:
+            latency |= "latency_ms" in preds
+            ranked.add(preds.dropna(subset=["latency_ms"]) if "latency_ms" in preds else preds.iloc[:0])
+            continue
+        # As the join keeps them: the first timing of the stage per request.
+        found = pd.util.hash_array(preds["request_id"].astype(str).to_numpy(dtype=object))
+        at = np.minimum(np.searchsorted(keys, found), max(len(keys) - 1, 0))
+        hit = keys[at] == found if len(keys) else np.zeros(len(preds), bool)
+        ranked.add(preds[hit].assign(**{measure: durations[at[hit]]}).reset_index(drop=True))
+    if not scanned:
+        return _empty(stage, min_ms, skipped)
+    if stage is None and not latency:
+        raise LogsError("the predictions carry no latency_ms; give --stage to rank by a stage timing")
+    if stage is not None and not len(keys):
+        raise LogsError(f"no timing rows of stage {stage!r} in {where(service.sources.timings)}")
+    rows = ranked.all()
+    if rows is None:
+        return _held(ranked, schema, top, min_ms, slowest, scanned, stage, skipped)
     share = None
     if min_ms is None and slowest is not None and len(rows):
         # A floor of the range's own: "what they share" compares its slowest requests with all of them.
         share, min_ms = slowest, float(np.quantile(rows[measure].to_numpy(dtype=float), 1 - slowest))
+    if not len(rows):
+        rows = pd.DataFrame(columns=["request_id", "ts", "model_version", "status", measure])
     matched = rows[rows[measure] >= min_ms] if min_ms is not None else rows
-    ranked = matched.sort_values([measure, "request_id"], ascending=[False, True], kind="stable")
+    ranked_rows = matched.sort_values([measure, "request_id"], ascending=[False, True], kind="stable")
+    return Drill(_top(ranked_rows, measure, top), _aggregates(ranked_rows, rows, schema, measure), len(ranked_rows),
+                 scanned, stage, min_ms, dict(skipped), share)
+
+
+def _durations(service: Service, stage: str, limits: Limits, now: datetime, skipped: Counter,
+               observe: Observer | None) -> tuple[np.ndarray, np.ndarray]:
+    """The stage's duration (ms) per request, the first timing of each: its request_id's hash (sorted, 64-bit)
+    and the ms beside it; 16 bytes a request, whatever the rest of the logs hold."""
+    hashes, ms = [], []
+    for rows in _frames(service.sources.timings, f"{service.name}/timings", RecordKind.timings,
+                        service.schema_, limits, {"request_id", "stage", "duration_ms"}, now, skipped,
+                        keep=lambda t: pc.fill_null(pc.equal(pc.cast(t["stage"], pa.string()), stage), False)
+                        if "stage" in t.column_names else pa.array([False] * t.num_rows), observe=observe):
+        hashes.append(pd.util.hash_array(rows["request_id"].astype(str).to_numpy(dtype=object)))
+        ms.append(rows["duration_ms"].to_numpy(dtype=float))
+    if not hashes:
+        return np.array([], "uint64"), np.array([], float)
+    keys, values = np.concatenate(hashes), np.concatenate(ms)
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    first = np.r_[True, keys[1:] != keys[:-1]]
+    return keys[first], values[first]
+
+
+def _top(ranked: pd.DataFrame, measure: str, top: int) -> pd.DataFrame:
     first = ["request_id", "ts", "model_version", "status", measure]
     rest = [c for c in ranked.columns if c not in first]
-    top_rows = ranked.head(top)[first + rest].reset_index(drop=True)
-    return Drill(top_rows, _aggregates(ranked, rows, schema, measure), len(ranked), len(preds), stage,
-                 min_ms, dict(skipped), share)
+    return ranked.head(top)[first + rest].reset_index(drop=True)
+
+
+def _held(ranked: Ranked, schema: Schema, top: int, min_ms: float | None, slowest: float | None, scanned: int,
+          stage: str | None, skipped: Counter) -> Drill:
+    """The answer from the rows held under a row limit: exact rows and floor while the matches fit the
+    limit; else the slowest `limit` rows (`limited`), their floor and share of the range's requests."""
+    measure, held = ranked.measure, ranked.held()
+    if not len(held):
+        return Drill(pd.DataFrame(columns=["request_id", "ts", "model_version", "status", measure]),
+                     pd.DataFrame(columns=AGGREGATES), 0, scanned, stage, min_ms, dict(skipped))
+    share, limited = None, False
+    if min_ms is None and slowest is not None:
+        share, min_ms = slowest, ranked.floor(slowest)
+        if min_ms is None:  # more matches than the limit: the slowest `limit` of them
+            min_ms, share, limited = float(held[measure].iloc[-1]), len(held) / ranked.rows, True
+    matched = held[held[measure] >= min_ms] if min_ms is not None else held
+    count = len(matched)
+    if ranked.min_ms is not None:
+        limited, count = ranked.at_least > len(held), ranked.at_least
+    elif min_ms is None:
+        limited, count = ranked.rows > len(held), ranked.rows
+    rows = []
+    for dim in ranked.dims:
+        if dim not in matched or not ranked.values[dim]:
+            continue
+        p95 = ranked.p95(dim)
+        for value, k in matched[dim].astype(str).value_counts().items():
+            part, base = k / len(matched), ranked.values[dim].get(value, 0) / ranked.rows
+            mine, others = p95.get(value, (None, None))
+            rows.append({"dimension": dim, "value": value, "requests": int(k), "share": part, "share_of_all": base,
+                         "lift": part / base if base else None, "p95_ms": mine, "others_p95_ms": others})
+    aggregates = pd.DataFrame(rows, columns=AGGREGATES).sort_values(["lift", "requests"], ascending=False,
+                                                                    kind="stable", ignore_index=True)
+    return Drill(_top(matched, measure, top), aggregates, count, scanned, stage, min_ms, dict(skipped), share,
+                 limited)
 
 
 def where(source: FileSource | SqlSource) -> str:
