@@ -24,6 +24,8 @@ line saying where, printed before serving)."""
     from monitor.ui.app import create_app
 
     cfg = load_config()
+    if host is not None:  # the name it listens on is one a request's Host header may carry
+        cfg = cfg.model_copy(update={"ui": cfg.ui.model_copy(update={"host": host})})
     store = open_store(cfg)
     try:
         app = create_app(cfg, store)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from monitor.config.fields import Secret
+from monitor.config.fields import Duration, Secret
 from monitor.schema import StrictModel
 
 
@@ -22,6 +24,18 @@ class Ui(StrictModel):
     # links of a saved report, are built on it.
     external_url: str | None = None
     silence_token: Secret | None = None
+    # Names a request's Host header may carry besides the defaults (`hosts`): a page answers no other name,
+    # so a page of another site that a DNS name pointed at this address reads nothing (DNS rebinding).
+    allowed_hosts: list[str] = []
+    max_range: Duration = Field(timedelta(days=31), gt=timedelta(0))  # the longest range an overview shows
+    max_rows: int = Field(50_000, gt=0)  # rows the slowest-requests page holds at most (its slowest)
+    # Pages that read the raw logs (slowest requests) served at once; more are answered 429 (Retry-After).
+    heavy_requests: int = Field(2, gt=0)
+    # Pages reading the store at once (below its connection pool); more wait their turn.
+    store_requests: int = Field(4, gt=0)
+    cache_bytes: int = Field(64 << 20, gt=0)  # what the page cache keeps at most, in bytes of the pages' data
+    token_guesses: int = Field(5, gt=0)  # wrong silence tokens a client may give per `token_window`
+    token_window: Duration = Field(timedelta(minutes=10), gt=timedelta(0))
 
     @field_validator("external_url")
     @classmethod
@@ -29,6 +43,15 @@ class Ui(StrictModel):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"external_url must start with http:// or https://, got {value!r}")
         return value
+
+
+def hosts(ui: Ui) -> set[str]:
+    """The names a request's Host header may carry (lower case, no port): `allowed_hosts`, the configured
+    host, localhost, 127.0.0.1, ::1 and external_url's host."""
+    names = {ui.host, "localhost", "127.0.0.1", "::1", *ui.allowed_hosts}
+    if ui.external_url is not None:
+        names.add(urlsplit(ui.external_url).hostname or "")
+    return {n.lower().strip("[]") for n in names if n}
 
 
 def page_url(cfg, path: str) -> str | None:

@@ -30,6 +30,7 @@ SPANS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}  # the overview's 
 CONTEXT = timedelta(hours=3)  # shown before an incident's first window on its timeline
 RECENT = 200  # incidents listed at most
 EXCERPTS = 5  # latest quarantined lines shown per reason
+CHUNK_ROWS = 100_000  # rows of raw logs the slowest-requests page reads at a time
 DRIFT_CHECKS = ("drift", "prediction_drift")
 # The incident page's sections in their order after the one that leads, and the one each verdict leads with.
 SECTIONS = ("latency", "cache", "inputs", "quality")
@@ -413,13 +414,16 @@ def quarantine(cfg: Config, store: Store, service: str, now: datetime, span: tim
 
 
 def requests(cfg: Config, store: Store, incident_id: int, now: datetime, stage: str | None = None,
-             top: int = 20) -> dict[str, Any]:
+             top: int = 20, max_rows: int | None = None) -> dict[str, Any]:
     """The incident's slowest requests (the `query logs` drill-down over its windows, as its default picks
-    them: the slowest SLOWEST share of the range's requests), no feature values."""
+    them: the slowest SLOWEST share of the range's requests), no feature values; the logs read CHUNK_ROWS
+    rows at a time, `max_rows` of the slowest held at most."""
     inc, svc = _incident(cfg, store, incident_id)
     since, until = _start(inc), _end(inc, last_tick(store, svc.name, now))
+    limits = cfg.limits.model_copy(update={"chunk_rows": min(cfg.limits.chunk_rows, CHUNK_ROWS)})
     try:
-        result = drill(svc, cfg.limits, since=since, until=until, stage=stage, top=top, now=now, slowest=SLOWEST)
+        result = drill(svc, limits, since=since, until=until, stage=stage, top=top, now=now, slowest=SLOWEST,
+                       max_rows=max_rows)
     except (LogsError, OSError) as exc:
         return {"incident": inc, "service": svc.name, "stage": stage, "error": str(exc), "since": since,
                 "until": until}
@@ -428,6 +432,7 @@ def requests(cfg: Config, store: Store, incident_id: int, now: datetime, stage: 
     return {"incident": inc, "service": svc.name, "stage": stage, "error": None, "since": since, "until": until,
             "measure": measure, "columns": columns, "rows": result.requests[columns].to_dict("records"),
             "matched": result.matched, "scanned": result.scanned, "min_ms": result.min_ms, "slowest": result.slowest,
+            "limited": result.limited, "max_rows": max_rows,
             "aggregates": result.aggregates.head(15).to_dict("records")}
 
 
