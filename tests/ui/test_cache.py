@@ -1,5 +1,5 @@
 """The page cache: one build per key while fresh, concurrent callers wait for it, stale or evicted keys
-are built again, errors are not kept, and 0 seconds keeps nothing."""
+are built again, errors are not kept, 0 seconds keeps nothing, and the bytes kept stay within a budget."""
 
 from __future__ import annotations
 
@@ -58,3 +58,19 @@ def test_errors_are_not_kept():
     with pytest.raises(LookupError):
         cache.get("k", fail)
     assert cache.get("k", lambda: "built") == "built"
+
+
+def test_the_bytes_kept_stay_within_the_budget():
+    import pickle
+
+    page = {"figure": "x" * 1000}
+    one = len(pickle.dumps(page, protocol=pickle.HIGHEST_PROTOCOL))
+    cache = PageCache(30, size=64, clock=Clock(), max_bytes=3 * one)
+    for k in range(10):
+        cache.get(k, lambda: dict(page))
+    assert list(cache.entries) == [7, 8, 9] and cache.bytes == 3 * one  # the least recently used went first
+    assert cache.get("big", lambda: {"figure": "x" * 10_000})["figure"]  # answered, but larger than the budget:
+    assert "big" not in cache.entries and cache.bytes == 3 * one  # not kept, and nothing evicted for it
+    with pytest.raises(RuntimeError):
+        cache.get("bad", lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert not cache.building  # a failed build leaves no lock behind
