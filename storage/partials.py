@@ -172,6 +172,13 @@ class Partials(Repository):
         """Every service with stored partials."""
         return list(session.scalars(select(BucketPartial.service).distinct().order_by(BucketPartial.service)))
 
+    def keys_since(self, session: Session, service: str, since: datetime) -> list[tuple[str, str]]:
+        """(model_version, segment) of `service`'s partials with bucket_start at or after `since`, sorted."""
+        return [(r[0], r[1]) for r in session.execute(
+            select(BucketPartial.model_version, BucketPartial.segment).distinct()
+            .where(BucketPartial.service == service, BucketPartial.bucket_start >= utc(since))
+            .order_by(BucketPartial.model_version, BucketPartial.segment))]
+
     def versions(self, session: Session, service: str) -> list[str]:
         """Every model version of `service` with stored partials, sorted."""
         return list(session.scalars(select(BucketPartial.model_version).distinct()

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.aggregate import keys
+from monitor.aggregate.cardinality import Kept, texts
 from monitor.aggregate.fold_service import PER_SECOND, fold_cache, fold_cache_time, fold_service
 from monitor.aggregate.fold_text import fold_oov, fold_oov_rows, latency_by_length
 from monitor.aggregate.partial import ALL
@@ -39,7 +40,7 @@ THREAD_ROWS = 65536  # rows of a fold from which a worker thread takes a share o
 
 def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: bool,
          schema: Schema | None = None, profile: Any = None, deadline_ms: float | None = None,
-         only_stages: bool = False) -> list[PartialRow]:
+         only_stages: bool = False, kept: Kept | None = None) -> list[PartialRow]:
     """Fold joined prediction rows into partials per (model_version, bucket, segment).
 
     `timed`: a timing source is configured, so `joined` / `unmatched` are counted.
@@ -49,13 +50,17 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
     latency (None: it is counted as UNTIMED_TIMEOUTS instead).
     `only_stages`: the rows are requests folded before, with only their stage timings that came later: those
     timings are counted (partials of 0 rows), the requests not again.
+    `kept`: the versions, stages and segment values folded under their own name, the rest as OTHER
+    (None: every value).
     """
     if frame.empty:
         return []
+    kept = kept or Kept()
+    frame = kept.stage_columns(frame)
     prof = resolve(profile, schema)
     seconds = int(bucket.total_seconds())
     # Group keys as integer codes (sorted like the values), so grouping is one np.unique per grouping.
-    mv_codes, mv_values = _sorted_codes(frame["model_version"])
+    mv_codes, mv_values = _capped(*_sorted_codes(frame["model_version"]), kept)
     b_codes, b_values = _bucket_codes(frame["ts"], seconds)
     base = mv_codes * len(b_values)
     base += b_codes
@@ -69,7 +74,7 @@ def fold(frame: pd.DataFrame, bucket: timedelta, segments: list[str], timed: boo
         if column is None:
             key, seg_values = base, np.array([ALL], dtype=object)
         else:
-            seg_codes, seg_values = _segment_codes(name, column)
+            seg_codes, seg_values = _segment_codes(name, column, kept)
             key = base * len(seg_values)
             key += seg_codes
             del seg_codes
@@ -120,6 +125,17 @@ def _sorted_codes(values: pd.Series) -> tuple[np.ndarray, Any]:
     return codes.astype("int64", copy=False), uniques
 
 
+def _capped(codes: np.ndarray, values: Any, kept: Kept) -> tuple[np.ndarray, Any]:
+    """The sorted codes of the versions as folded: those `kept` does not keep merged into OTHER."""
+    if kept.versions is None:
+        return codes, values
+    folded = kept.version_of(texts(values))
+    if all(f == v for f, v in zip(folded, values, strict=True)):
+        return codes, values
+    uniques, inverse = np.unique(np.array(folded, dtype=object), return_inverse=True)
+    return inverse.astype("int64", copy=False)[codes], pd.Index(uniques)
+
+
 def _sorted_factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """pd.factorize(values, sort=True) of a numpy array without missing values, in less memory: a small
     hash table (pandas sizes it for every row otherwise) and the few distinct values sorted after."""
@@ -161,10 +177,11 @@ def _dense(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return keys, remap[key]
 
 
-def _segment_codes(name: str, column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of `name=<value>` labels (missing as `<missing>`), labels sorted as text."""
+def _segment_codes(name: str, column: pd.Series, kept: Kept) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of `name=<value>` labels (missing as `<missing>`, a value `kept` does not keep as OTHER),
+    labels sorted as text."""
     codes, uniques = factorize(column) or pd.factorize(column, sort=False)
-    text = pd.Series(uniques, dtype=object).astype(str).to_numpy(dtype=object) if len(uniques) else np.array([], dtype=object)
+    text = kept.segment_of(name, texts(uniques))
     labels = np.array([f"{name}={v}" for v in text] + [f"{name}=<missing>"], dtype=object)
     # Two values may print alike (or one may be the text `<missing>`): they share a segment.
     label_codes, label_values = pd.factorize(labels, sort=True)

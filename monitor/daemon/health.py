@@ -43,6 +43,9 @@ class Metrics:
         self.rows_read = Counter("tailwatch_rows_read", "Input rows read.", ["service", "kind"], registry=r)
         self.rows_quarantined = Counter("tailwatch_rows_quarantined", "Input rows quarantined, by reason.",
                                         ["service", "reason"], registry=r)
+        self.rows_other = Counter("tailwatch_rows_folded_other", "Rows folded into the <other> bucket of a field "
+                                  "past its limits.max_* cap (model_version, stage, a segment column).",
+                                  ["service", "field"], registry=r)
         self.lag = Gauge("tailwatch_lag_seconds",
                          "Tick clock minus the end of the newest stored bucket (how far data is behind).",
                          ["service"], registry=r)

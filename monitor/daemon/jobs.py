@@ -156,6 +156,8 @@ def _observe(report: TickReport, store: Store, now: datetime, metrics: Metrics |
         metrics.rows_read.labels(service=report.service, kind=kind).inc(n)
     for reason, n in report.quarantined.items():
         metrics.rows_quarantined.labels(service=report.service, reason=reason).inc(n)
+    for name, n in report.capped.items():
+        metrics.rows_other.labels(service=report.service, field=name).inc(n)
 
 
 def _gauges(config: Config, store: Store, now: datetime, metrics: Metrics) -> None:

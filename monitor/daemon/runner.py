@@ -44,6 +44,7 @@ class TickReport:
     buckets: int = 0  # partial rows written (bucket x model_version x segment)
     first_ts: str | None = None
     last_ts: str | None = None
+    capped: Counter = field(default_factory=Counter)  # rows folded into `<other>` past a limits.max_* cap, per field
     events: list[str] = field(default_factory=list)
     findings: int = 0  # findings written for the windows scored this tick
     breaches: list[str] = field(default_factory=list)  # one line per breaching finding, worst windows last

@@ -9,15 +9,17 @@ the last steps, offsets included, and they are read again.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
 from pandas._libs import hashtable
 
+from monitor.aggregate.cardinality import OTHER, VERSION, Cardinality, Kept
 from monitor.aggregate.fold import fold
 from monitor.aggregate.partial import merge_bytes
 from monitor.aggregate.profile import Profile
@@ -58,6 +60,8 @@ class Ingested(Intake):
     buckets: int = 0  # partial rows written (bucket x model_version x segment)
     first_ts: str | None = None  # the earliest and latest event time folded, ISO 8601
     last_ts: str | None = None
+    capped: Counter = field(default_factory=Counter)  # rows folded into `<other>`, per capped field
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def span(self) -> tuple[datetime, datetime] | None:
@@ -85,6 +89,10 @@ def ingest(config: Config, service: Service, store: Store, now: datetime, tick_i
         pending_t = from_blobs(store.pending.load(session, name, RecordKind.timings.value))
         folded = (_Remembered(store.pending.load_each(session, name, FOLDED), now, service.join.lateness)
                   if time_source else None)
+        # The versions and segment values of the partials the longest window reaches keep their own name.
+        limits = config.limits
+        caps = Cardinality(limits.max_versions, limits.max_stages, limits.max_segment_values,
+                           store.partials.keys_since(session, name, now - max(service.buckets.windows)))
 
     reads = _Sum(observe, 2 if time_source else 1) if observe is not None else None
     pred_batches = _read_ahead(pred_source, pred_offsets, reads and reads.part(0))
@@ -121,8 +129,12 @@ def ingest(config: Config, service: Service, store: Store, now: datetime, tick_i
                 rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row)))
             for _, row in joined.late_timings.iterrows():
                 rejects.append((RecordKind.timings, row.get("_source", ""), _orphan(row, Reason.late_timing)))
+            # Admitted here, step by step in order, so which values keep their own name does not depend on
+            # which fold worker runs first.
+            segments = service.schema_.segments
+            kept = caps.admit(joined.ready, segments), caps.admit(joined.late, segments, count=False)
             step = _Step(pb, tb, rejects, joined, new_p, final,
-                         folder.submit(_fold_step, joined.ready, joined.late, service, timed, profile))
+                         folder.submit(_fold_step, joined.ready, joined.late, service, timed, profile, kept))
             if previous is not None:
                 _commit(previous, service, store, now, tick_id, counts, pred_source, time_source, folded)
             previous = step
@@ -130,6 +142,9 @@ def ingest(config: Config, service: Service, store: Store, now: datetime, tick_i
     finally:
         folder.shutdown(wait=True, cancel_futures=True)
     counts.pending_predictions, counts.pending_timings = len(pending_p), len(pending_t)
+    counts.capped.update(caps.other)
+    if said := caps.warning():
+        counts.warnings.append(said)
     return counts
 
 
@@ -213,12 +228,20 @@ class _Step:
 
 
 def _fold_step(ready: pd.DataFrame, late: pd.DataFrame, service: Service, timed: bool,
-               profile: Profile | None) -> tuple[list, dict]:
+               profile: Profile | None, kept: tuple[Kept, Kept]) -> tuple[list, dict]:
     partials = fold(ready, service.buckets.size, service.schema_.segments, timed=timed, schema=service.schema_,
-                    profile=profile, deadline_ms=service.deadline_ms)
+                    profile=profile, deadline_ms=service.deadline_ms, kept=kept[0])
     # Timings that joined a request folded before: its bucket's partials take them, not the request again.
-    partials += fold(late, service.buckets.size, service.schema_.segments, timed=timed, only_stages=True)
-    return partials, first_sightings(ready)
+    partials += fold(late, service.buckets.size, service.schema_.segments, timed=timed, only_stages=True,
+                     kept=kept[1])
+    sightings = first_sightings(ready)
+    if kept[0].versions is not None and VERSION in sightings:  # the versions folded, `<other>` for the rest
+        seen = sightings[VERSION]
+        other = [t for v, t in seen.items() if v not in kept[0].versions]
+        sightings[VERSION] = {v: t for v, t in seen.items() if v in kept[0].versions}
+        if other:
+            sightings[VERSION][OTHER] = min(other)
+    return partials, sightings
 
 
 def _commit(step: _Step, service: Service, store: Store, now: datetime, tick_id: int, counts: Ingested,

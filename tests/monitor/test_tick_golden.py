@@ -146,9 +146,9 @@ def test_a_scenario_ticked_stores_and_reports_the_golden_rows(tmp_path):
 
 
 EMPTY = hashlib.sha256(b"").hexdigest()[:16]
-GOLDEN_REPORTS = "3dc30a1f8377fec77eaa96653c11f90496511e3cb9d1f9b7bf3d9b3154fe6cfb"
+GOLDEN_REPORTS = "f16fc1756e35188030bfb9f3dbe4fe2dcd5e448276c62a3d94864efc6bac0fb5"
 GOLDEN_TABLES = {
     "bucket_partials": "0c2c3083adafcd55", "findings": "350e9e374e4d0b4d", "labels": "036fa5e04a393983",
     "quarantine": "67a0aa7b859ce295", "reference_profiles": "d9369df1877903f1", "scored_predictions": "33fb0c7fd226945b",
-    "source_offsets": "bfa23c817de6ba65", "ticks": "20cb14462a3de47a", "versions_seen": "d3fd25f40a1dad49",
+    "source_offsets": "bfa23c817de6ba65", "ticks": "4e51ffe678430136", "versions_seen": "d3fd25f40a1dad49",
 }
