@@ -42,18 +42,23 @@ class Hosts:
 
 class Gate:
     """At most `slots` requests inside at once. `busy`: past that, the request is answered 429 with
-    Retry-After at once; `wait`: it waits its turn (up to `patience` seconds, then 503)."""
+    Retry-After at once; `wait`: it waits its turn, behind at most `queue` others (past that, 429)."""
 
-    def __init__(self, slots: int, what: str, retry_after: int = 5, patience: float = 120.0) -> None:
-        self.slots, self.what, self.retry_after, self.patience = slots, what, retry_after, patience
+    def __init__(self, slots: int, what: str, retry_after: int = 5, queue: int = 64) -> None:
+        self.slots, self.what, self.retry_after, self.queue = slots, what, retry_after, queue
         self.semaphore = threading.BoundedSemaphore(slots)
+        self.waiting = 0
+        self.lock = threading.Lock()
+
+    def _refuse(self) -> HTTPException:
+        return HTTPException(429, f"{self.slots} {self.what} are being served at once, the most this server "
+                                  f"serves; try again in {self.retry_after} s",
+                             headers={"Retry-After": str(self.retry_after)})
 
     @contextmanager
     def busy(self) -> Iterator[None]:
         if not self.semaphore.acquire(blocking=False):
-            raise HTTPException(429, f"{self.slots} {self.what} are being served at once, the most this server "
-                                     f"serves; try again in {self.retry_after} s",
-                                headers={"Retry-After": str(self.retry_after)})
+            raise self._refuse()
         try:
             yield
         finally:
@@ -61,9 +66,16 @@ class Gate:
 
     @contextmanager
     def wait(self) -> Iterator[None]:
-        if not self.semaphore.acquire(timeout=self.patience):
-            raise HTTPException(503, f"the server is busy ({self.slots} {self.what} at once); try again",
-                                headers={"Retry-After": str(self.retry_after)})
+        with self.lock:
+            if self.waiting >= self.queue:
+                raise self._refuse()
+            self.waiting += 1
+        try:
+            # No deadline: the pages ahead each read a bounded range, and a client gives up on its own.
+            self.semaphore.acquire()
+        finally:
+            with self.lock:
+                self.waiting -= 1
         try:
             yield
         finally:

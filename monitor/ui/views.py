@@ -30,7 +30,7 @@ SPANS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}  # the overview's 
 CONTEXT = timedelta(hours=3)  # shown before an incident's first window on its timeline
 RECENT = 200  # incidents listed at most
 EXCERPTS = 5  # latest quarantined lines shown per reason
-CHUNK_ROWS = 100_000  # rows of raw logs the slowest-requests page reads at a time
+CHUNK_ROWS = 25_000  # rows of raw logs the slowest-requests page reads at a time
 DRIFT_CHECKS = ("drift", "prediction_drift")
 # The incident page's sections in their order after the one that leads, and the one each verdict leads with.
 SECTIONS = ("latency", "cache", "inputs", "quality")
