@@ -14,6 +14,12 @@ one JSON object: per store, each page's time alone and the p50 / p95 / max of th
 the ratios of the same page on the month against the shortest history that fills it (a day; a week for
 the 7-day overview). The slowest-requests page reads the raw log files, not the store, and is left out.
 
+Then hostile loads on the month's store, served by `tailwatch ui`'s app in a child process (as deployed:
+the page cache, the deploy files' glibc malloc settings): `--ranges` (50) distinct overview ranges and
+`--slowest` (10) slowest-requests loads of its incident, all at once, over `--log-rows` (1.5M, about 470 MB
+of CSV) prediction rows in its range; printed: the answers by status, the 5xx among them, and the server's
+peak resident size (VmHWM) before and after.
+
 `--screenshots DIR` instead runs the simulator's `worse-threshold` scenario with labels (the store the UI
 tests read: v2's shifted threshold drops churn recall below its rule's floor) and writes, from Debian's
 Chromium driven by Playwright, the incident page and the service overview around it at 1280 and 390 px
@@ -35,9 +41,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "reliability")]
 
 from query import fill, seed_store  # noqa: E402  (bench/query.py)
+from test_hostile_ui import MALLOC, write_logs  # noqa: E402  (tests/reliability/test_hostile_ui.py)
 from ui_support import Served, scenario_run, serving  # noqa: E402  (tests/ui/ui_support.py)
 
 FILLED_BY = {"/services/churn?span=7d": "week"}  # the shortest stored history a page's span is full on
@@ -97,6 +104,89 @@ def measure(cfg, store, end: datetime, incident: int, clients: int, rounds: int)
     return out
 
 
+# The child serving the hostile loads: the seed's config over the month's store and the written logs; it
+# prints its port and serves until its stdin closes.
+SERVE = """
+import json, socket, sys, threading
+from datetime import datetime
+import uvicorn
+from monitor import config as config_mod
+from monitor.ui.app import create_app
+from storage.store import Store
+
+config, db, logs, end = sys.argv[1:5]
+cfg = config_mod.load(config)
+svc = cfg.services[0]
+sources = svc.sources.model_copy(update={"predictions": svc.sources.predictions.model_copy(
+    update={"path": logs, "pattern": "*.csv"})})
+cfg = cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"url": "sqlite:///" + db}),
+                             "services": [svc.model_copy(update={"sources": sources})]})
+store = Store(cfg.storage.url)
+now = datetime.fromisoformat(end)
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+server = uvicorn.Server(uvicorn.Config(create_app(cfg, store, clock=lambda: now), host="127.0.0.1", port=port,
+                                       log_level="warning"))
+threading.Thread(target=lambda: (sys.stdin.read(), setattr(server, "should_exit", True)), daemon=True).start()
+threading.Thread(target=lambda: (__import__("time").sleep(0.5), print(port, flush=True)), daemon=True).start()
+server.run()
+"""
+
+
+def peak_rss(pid: int) -> int:
+    """A live process's peak resident size (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) >> 10
+    return -1
+
+
+def status_of(url: str) -> int:
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(url, timeout=600) as response:
+            response.read()
+            return response.status
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        return exc.code
+    except OSError:
+        return 599  # no answer: the connection dropped (the server died)
+
+
+def hostile(config: Path, db: Path, work: Path, end: datetime, incident: int, ranges: int, slowest: int,
+            log_rows: int) -> dict:
+    """`ranges` distinct overviews and `slowest` slowest-requests loads at once against a child server."""
+    import os
+    import subprocess
+    from collections import Counter
+
+    written = write_logs(work / "hostile-logs", log_rows, 8, end - timedelta(hours=2), end)
+    env = {**os.environ, **MALLOC, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", SERVE, str(config), str(db), str(work / "hostile-logs"),
+                              end.isoformat()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        url = f"http://127.0.0.1:{int(child.stdout.readline())}"
+        status_of(url + "/")
+        idle = peak_rss(child.pid)
+        spans = [(end - timedelta(days=1 + k % 28, hours=k), end - timedelta(hours=k)) for k in range(ranges)]
+        urls = [f"{url}/services/churn?since={a:%Y-%m-%dT%H:%MZ}&until={b:%Y-%m-%dT%H:%MZ}" for a, b in spans]
+        urls += [f"{url}/incidents/{incident}/requests"] * slowest
+        started = time.perf_counter()
+        with ThreadPoolExecutor(len(urls)) as pool:
+            statuses = list(pool.map(status_of, urls))
+        wall = time.perf_counter() - started
+        alive = status_of(url + "/")
+        peak = peak_rss(child.pid) if child.poll() is None else -1
+    finally:
+        child.communicate(input="", timeout=120)
+    return {"log_mb": round(written / 2**20), "log_rows": log_rows, "wall_seconds": round(wall, 1),
+            "overview": dict(Counter(statuses[:ranges])), "slowest": dict(Counter(statuses[ranges:])),
+            "5xx": sum(s >= 500 for s in statuses), "alive_after": alive, "idle_rss_mib": idle, "peak_rss_mib": peak}
+
+
 # Screenshot sizes: a laptop's window and a phone's (CSS px); the shot is the first screen and a half.
 SHOTS = {"": {"width": 1280, "height": 1500}, "-phone": {"width": 390, "height": 1400}}
 
@@ -152,6 +242,10 @@ def main() -> None:
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--only-hostile", action="store_true", help="the month's store and its hostile loads only")
+    ap.add_argument("--ranges", type=int, default=50, help="distinct overview ranges loaded at once (hostile)")
+    ap.add_argument("--slowest", type=int, default=10, help="slowest-requests loads at once (hostile)")
+    ap.add_argument("--log-rows", type=int, default=1_500_000, help="raw prediction rows they read (hostile)")
     ap.add_argument("--screenshots", type=Path, metavar="DIR",
                     help="write the docs' screenshots into DIR instead of timing the pages")
     args = ap.parse_args()
@@ -168,16 +262,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tailwatch-bench-ui-") as tmp:
         work = Path(tmp)
         cfg, seed = seed_store(work / "seed")
-        for name, days in (("day", 1), ("week", 7), ("month", args.days)):
+        stores = (("day", 1), ("week", 7), ("month", args.days))
+        for name, days in stores[2:] if args.only_hostile else stores:
             store = Store(f"sqlite:///{work / f'{name}.db'}")
             store.upgrade()
             counts = fill(seed, store, days, args.versions, end)
             retention.apply(cfg, store, end)
             incident = add_incident(store, end)
-            out[name] = {**counts, **measure(cfg, store, end, incident, args.clients, args.rounds)}
-            print(name, json.dumps(out[name]), flush=True)
+            if not args.only_hostile:
+                out[name] = {**counts, **measure(cfg, store, end, incident, args.clients, args.rounds)}
+                print(name, json.dumps(out[name]), flush=True)
             store.dispose()
+            if name == "month":
+                out["hostile"] = hostile(work / "seed" / "tailwatch.yaml", work / f"{name}.db", work, end, incident,
+                                         args.ranges, args.slowest, args.log_rows)
+                print("hostile", json.dumps(out["hostile"]), flush=True)
         seed.dispose()
+    if args.only_hostile:
+        return
     day, month = out["day"], out["month"]
     out["ratio"] = {**{f"p95 {name} vs {short}": round(month[name]["p95_seconds"] / out[short][name]["p95_seconds"], 2)
                        for name in ("uncached", "cached") for short in ("day", "week")},
