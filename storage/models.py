@@ -119,6 +119,7 @@ class SourceOffset(Base):
     cursor: Mapped[str | None] = mapped_column(String, nullable=True)  # SQL sources' monotonic column
     fingerprint: Mapped[str | None] = mapped_column(String, nullable=True)
     size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    tail: Mapped[str | None] = mapped_column(String, nullable=True)  # a hash of the last bytes read
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
 
 

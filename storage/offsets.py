@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from storage.database import Repository, as_dict, between, given
 from storage.models import EXCERPT_MAX_CHARS, JoinPending, QuarantineRow, SourceOffset, UTCDateTime
 
-_OFFSET_COLUMNS = ("source", "file_key", "path", "offset", "line", "cursor", "fingerprint", "size")
+_OFFSET_COLUMNS = ("source", "file_key", "path", "offset", "line", "cursor", "fingerprint", "size", "tail")
 
 
 def _execute_many(session: Session, statement, names: tuple[str, ...], rows: list[tuple], stamp_column,
@@ -41,7 +41,8 @@ def _execute_many(session: Session, statement, names: tuple[str, ...], rows: lis
 
 @dataclass(frozen=True, slots=True)
 class OffsetState:
-    """How far one file (or SQL source) has been read: bytes, lines/rows, and the SQL cursor."""
+    """How far one file (or SQL source) has been read: bytes, lines/rows, and the SQL cursor; for a file, a
+    fingerprint of its first bytes and `tail`, `<start>-<end>:<sha1>` of the last bytes read before `end`."""
 
     file_key: str
     path: str
@@ -50,6 +51,7 @@ class OffsetState:
     cursor: str | None = None
     fingerprint: str | None = None
     size: int | None = None
+    tail: str | None = None
 
 
 class Offsets(Repository):
@@ -59,7 +61,8 @@ class Offsets(Repository):
         """Every stored offset of `source`, by file key (empty for a new source)."""
         # Plain rows, not ORM objects: a directory of many small files holds one row per file.
         c = SourceOffset.__table__.c
-        rows = session.execute(select(c.file_key, c.path, c.offset, c.line, c.cursor, c.fingerprint, c.size)
+        rows = session.execute(select(c.file_key, c.path, c.offset, c.line, c.cursor, c.fingerprint, c.size,
+                                      c.tail)
                                .where(c.source == source)).all()
         return {r[0]: OffsetState(*r) for r in rows}
 
@@ -75,10 +78,10 @@ class Offsets(Repository):
         statement = statement.on_conflict_do_update(
             index_elements=[table.c.source, table.c.file_key],
             set_={k: statement.excluded[k] for k in ("path", "offset", "line", "cursor", "fingerprint", "size",
-                                                    "updated_at")})
+                                                    "tail", "updated_at")})
         _execute_many(session, statement, _OFFSET_COLUMNS, [
             (source, s.file_key, s.path, int(s.offset), int(s.line), s.cursor, s.fingerprint,
-             None if s.size is None else int(s.size))
+             None if s.size is None else int(s.size), s.tail)
             for s in by_key.values()
         ], table.c.updated_at, self.clock())
 

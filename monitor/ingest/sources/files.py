@@ -38,10 +38,12 @@ from monitor.ingest.sources.identity import (
     MAX_FP,
     Plan,
     claim,
+    csv_fingerprint,
     csv_header,
     fingerprint_of,
     gzip_head,
     parse_group,
+    tail_of,
 )
 from monitor.ingest.sources.jsonl import WORKERS, Parsed, start_jsonl
 from monitor.ingest.sources.tables import flag_oversize, open_parquet
@@ -201,11 +203,13 @@ class DirectorySource:
             try:
                 st = os.fstat(fd)
                 head = os.read(fd, min(st.st_size, MAX_FP) + 1)
+                head, whole = head[:MAX_FP], len(head) <= MAX_FP
+                # A CSV header longer than MAX_FP: its fingerprint reaches past it, to its first row.
+                long = fmt == "csv" and not whole and head.count(b"\n") < 2
+                fp = csv_fingerprint(fd, head, st.st_size) if long else fingerprint_of(head)
             finally:
                 os.close(fd)
-            head, whole = head[:MAX_FP], len(head) <= MAX_FP
-            return Plan(path, name, st.st_size, st.st_mtime_ns, f"{st.st_dev}:{st.st_ino}", fmt, head, whole,
-                         fingerprint_of(head))
+            return Plan(path, name, st.st_size, st.st_mtime_ns, f"{st.st_dev}:{st.st_ino}", fmt, head, whole, fp)
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
             identity = (st.st_size, st.st_mtime_ns, f"{st.st_dev}:{st.st_ino}")
@@ -278,7 +282,7 @@ class DirectorySource:
             parts.append(body)
             total += lines - (base - state.line)  # the header line is no row
             states.append(OffsetState(state.file_key, state.path, end, state.line + lines, state.cursor,
-                                      state.fingerprint, end))
+                                      state.fingerprint, end, tail_of(plan.head, end, end)))
         if not states:
             return
         buf = b"".join(parts)
@@ -368,13 +372,14 @@ class DirectorySource:
                 events = []
                 continue
             buf, offset, newlines = item
+            tail = tail_of(buf, offset)  # of the bytes as read, a BOM too
             if state.offset == 0 and buf.startswith(BOM):
                 buf, newlines = buf[len(BOM):], None
             first_line = state.line
             skip_header = fmt == "csv" and state.offset == 0
             if fmt == "jsonl":
                 parsed, lines = start_jsonl(buf, first_line, path.name, self.limits, pool, newlines)
-                state = replace(state, offset=offset, line=first_line + lines, size=offset)
+                state = replace(state, offset=offset, line=first_line + lines, size=offset, tail=tail)
                 ahead.append((state, parsed, RawLines({path.name: (buf, first_line)})))
                 if len(ahead) < _CHUNKS_AHEAD:
                     continue
@@ -384,7 +389,7 @@ class DirectorySource:
                     frame, rejects, lines = parse_otlp_lines(buf, first_line, path.name)
                 else:
                     frame, rejects, lines = parse_csv(buf, header, skip_header, first_line, path.name, self.limits)
-                state = replace(state, offset=offset, line=first_line + lines, size=offset)
+                state = replace(state, offset=offset, line=first_line + lines, size=offset, tail=tail)
                 raw = None if fmt == "otlp" else RawLines({path.name: (buf, first_line)})
                 yield Batch(self.name, path.name, frame, rejects, state, events, lines=raw)
             events = []

@@ -18,6 +18,7 @@ from storage.offsets import OffsetState
 
 FINGERPRINT_BYTES = 256  # a fingerprint covers at least this many first bytes (see fingerprint_of)
 MAX_FP = 64 << 10  # ...and at most this many; a file no longer than this is read whole in one call
+MAX_CSV_FP = 4 << 20  # a CSV's fingerprint covers its header and first row, up to this many bytes
 
 
 @dataclass(slots=True)
@@ -65,8 +66,11 @@ def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
 
     A file continues its own stored state while its first bytes are unchanged (grown, renamed). A file
     that is new (or whose inode now holds other bytes) continues the stored state whose fingerprint its
-    first bytes match: a compressed rotation or a copytruncate copy of a file read before resumes at the
-    offset reached. Each stored state is continued by one file per read; a second copy waits.
+    first bytes match when it also holds the last bytes read of that state's file (its `tail`): a compressed
+    rotation or a copytruncate copy of a file read before resumes at the offset reached. Each stored state
+    is continued by one file per read; a second copy waits. A file with the same first bytes that is no
+    copy (other bytes before the offset, or other bytes than the live file it matches) is read from its
+    start, with an event saying so.
     """
     taken: set[str] = set()
     fresh: list[Plan] = []
@@ -79,6 +83,7 @@ def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
             if mine is not None:
                 plan.events += ("truncated" if _shrunk(plan, mine) else "replaced",)
             fresh.append(plan)
+    live = {p.key: p for p in plans if p.claims == p.key}
     # Every stored state, those continued by their own file too: a copy of a file read this time waits.
     lengths: dict[int, dict[str, OffsetState]] = {}
     for state in offsets.values():
@@ -90,25 +95,78 @@ def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
     for plan in plans:
         if plan.claims is None:
             match = _match(plan, longest_first, rows_fp)
-            if match is not None and match.file_key in taken:
+            if match is not None and match.file_key == plan.key:
+                match = None  # its own state, which it does not continue (replaced): no copy of itself
+            copy = match is not None and _copies(plan, match, live.get(match.file_key))
+            if copy and match.file_key in taken:
                 continue  # the file it copies is read this time (as itself or as another copy)
-            if match is not None:
+            if copy:
                 plan.claims = match.file_key
                 taken.add(match.file_key)
                 plan.events += (f"continues {os.path.basename(match.path)}",)
                 plan.state = replace(match, file_key=plan.key, path=plan.where)
-            elif plan.gz and not plan.whole and len(plan.head) < MAX_FP:
+            elif match is None and plan.gz and not plan.whole and len(plan.head) < MAX_FP:
                 continue  # a compressed copy still being written: its start may yet match a file read before
             else:
+                if match is not None:
+                    plan.events += (f"distinct from {os.path.basename(match.path)}: its first bytes, other bytes "
+                                    "after them; read from its start",)
                 plan.state = _fresh(plan)
         else:
             own = offsets[plan.key]
             plan.state = OffsetState(own.file_key, plan.where, own.offset, own.line, own.cursor, own.fingerprint,
-                                     own.size)
+                                     own.size, own.tail)
         if plan.fingerprint is not None and plan.fingerprint != plan.state.fingerprint:
             plan.state = replace(plan.state, fingerprint=plan.fingerprint)
         out.append(plan)
     return out
+
+
+def _copies(plan: Plan, state: OffsetState, live: Plan | None) -> bool:
+    """Whether `plan`, whose first bytes match `state`'s, is a copy of its file: it holds the last bytes read
+    (`state.tail`), and, while that file is still there (`live`), the same bytes as it where they both end.
+    A stored state without a tail, or bytes that cannot be compared (within a compressed file, past its
+    first MAX_FP bytes), leave the first bytes to decide."""
+    if plan.fmt != "parquet" and _holds_tail(plan, state) is False:
+        return False
+    if live is not None and plan.fmt != "parquet":
+        end = min(_length(plan), _length(live))
+        start = max(0, end - TAIL_BYTES)
+        mine, theirs = _bytes(plan, start, end), _bytes(live, start, end)
+        if mine is not None and theirs is not None and mine != theirs:
+            return False
+    return True
+
+
+TAIL_BYTES = 512  # a tail covers the last bytes read, at most this many (see tail_of)
+
+
+def tail_of(buf: bytes, end: int, stop: int | None = None) -> str:
+    """`<start>-<end>:<sha1>` of the last TAIL_BYTES (or fewer) of `buf[:stop]`, which ends at byte `end` of
+    its file."""
+    stop = len(buf) if stop is None else stop
+    piece = buf[max(0, stop - TAIL_BYTES):stop]
+    return f"{end - len(piece)}-{end}:{hashlib.sha1(piece).hexdigest()}"
+
+
+def _length(plan: Plan) -> int:
+    """Bytes of the file as read: decompressed for a .gz held whole, else its size on disk."""
+    return len(plan.head) if plan.gz and plan.whole else plan.size
+
+
+def _bytes(plan: Plan, start: int, end: int) -> bytes | None:
+    """Bytes [start, end) of the file (decompressed for .gz), or None when they are not all there or cannot
+    be had without decompressing past its first MAX_FP bytes."""
+    if end <= len(plan.head):
+        return plan.head[start:end]
+    if plan.gz or plan.whole or end > plan.size:
+        return None
+    try:
+        with open(plan.where, "rb") as fh:
+            got = os.pread(fh.fileno(), end - start, start)
+    except OSError:
+        return None
+    return got if len(got) == end - start else None
 
 
 _ROWS = "rows"  # prefix of a Parquet fingerprint: a hash of its first row, not of its bytes
@@ -134,10 +192,30 @@ def _continues(plan: Plan, state: OffsetState) -> bool:
         if plan.fingerprint is None or not state.fingerprint or not state.fingerprint.startswith(_ROWS):
             return plan.fingerprint is None or state.fingerprint is None or plan.size >= (state.size or 0)
         return plan.fingerprint == state.fingerprint and plan.parquet.metadata.num_rows >= state.line
-    if not state.fingerprint or state.fingerprint.startswith(_ROWS) or plan.fingerprint == state.fingerprint:
-        return True  # (the same fingerprint: the same first bytes, hashed when the file was opened)
-    n = _fp_len(state.fingerprint)
-    return len(plan.head) >= n and _hash(plan.head[:n]) == state.fingerprint
+    if state.fingerprint and not state.fingerprint.startswith(_ROWS) and plan.fingerprint != state.fingerprint \
+            and _prefix_hash(plan, _fp_len(state.fingerprint)) != state.fingerprint:
+        return False
+    # The same first bytes: still the file read unless the bytes before the offset changed (a new file
+    # that starts the same, at an inode the file read left free).
+    return _holds_tail(plan, state) is not False
+
+
+def _holds_tail(plan: Plan, state: OffsetState) -> bool | None:
+    """Whether the file holds the last bytes read at `state` (its `tail`); None when that cannot be told (no
+    tail stored, or the bytes are past what can be read of a compressed file)."""
+    if state.tail is None:
+        return None
+    span, digest = state.tail.split(":", 1)
+    start, end = (int(x) for x in span.split("-", 1))
+    got = _bytes(plan, start, end)
+    return None if got is None else hashlib.sha1(got).hexdigest() == digest
+
+
+def _prefix_hash(plan: Plan, n: int) -> str | None:
+    """The fingerprint of the first `n` bytes (read again past MAX_FP: a CSV header longer than that), or
+    None when the file has fewer."""
+    got = plan.head[:n] if n <= len(plan.head) else _bytes(plan, 0, n)
+    return _hash(got) if got is not None and len(got) == n else None
 
 
 def _match(plan: Plan, longest_first: list[tuple[int, dict[str, OffsetState]]],
@@ -151,9 +229,9 @@ def _match(plan: Plan, longest_first: list[tuple[int, dict[str, OffsetState]]],
         state = rows_fp.get(plan.fingerprint)
         return state if state is not None and plan.parquet.metadata.num_rows >= state.line else None
     for n, states in longest_first:
-        if n > len(plan.head) or n == 0:
+        if n > (len(plan.head) if n <= MAX_FP or plan.gz else plan.size) or n == 0:
             continue
-        state = states.get(_hash(plan.head[:n]))
+        state = states.get(_prefix_hash(plan, n))
         # A plain copy holds at least the bytes read from the file it copies; a .gz's size says nothing.
         if state is not None and (plan.gz or plan.size >= state.offset):
             return state
@@ -175,6 +253,27 @@ def fingerprint_of(head: bytes) -> str:
     second = head.find(b"\n", first + 1) if first >= 0 else -1
     end = second + 1 if second >= 0 else len(head)
     return _hash(head[:min(max(FINGERPRINT_BYTES, end), len(head), MAX_FP)])
+
+
+def csv_fingerprint(fd: int, head: bytes, size: int) -> str:
+    """The fingerprint of a CSV file whose header and first row do not fit in its first MAX_FP bytes
+    (`head`): `<n>:<sha1>` of its bytes up to the end of its second line, of at most MAX_CSV_FP bytes, read
+    from descriptor `fd`. It tells a copy (the header and the first row) from a truncated and rewritten
+    file (the header and another row)."""
+    digest = hashlib.sha1(head)
+    n, newlines = len(head), head.count(b"\n")
+    while newlines < 2 and n < min(size, MAX_CSV_FP):
+        piece = os.pread(fd, min(1 << 16, MAX_CSV_FP - n), n)
+        if not piece:
+            break
+        cut = -1
+        while newlines < 2 and (cut := piece.find(b"\n", cut + 1)) >= 0:
+            newlines += 1
+        if newlines == 2:
+            piece = piece[:cut + 1]
+        digest.update(piece)
+        n += len(piece)
+    return f"{n}:{digest.hexdigest()}"
 
 
 def _parquet_fingerprint(pf: pq.ParquetFile) -> str | None:
