@@ -106,3 +106,30 @@ def test_parquet_text_read_as_dictionary_is_still_checked_for_size_and_type(tmp_
     assert report.status == "ok", report.error
     assert report.quarantined == Counter({"oversize_field": 1, "unknown_status": 1})
     assert report.folded == 48
+
+
+def test_csv_with_a_quoted_header_folds_as_jsonl_does(tmp_path):
+    """CSV as pyarrow and pandas write it with quoting on: every name and value in double quotes (the
+    header included), which a reader splitting the header at commas would take for names no row holds."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    data = [{**r, "notes": r["notes"] or None} for r in rows()]  # CSV cannot tell "" from missing
+    reference = tmp_path / "reference.csv"
+    pd.DataFrame([{"tenure": r["tenure"], "Contract": "One year", "notes": "call back", "prediction": r["prediction"],
+                   "score_Yes": r["score_Yes"]} for r in data]).to_csv(reference, index=False)
+    (tmp_path / "jsonl").mkdir()
+    (tmp_path / "jsonl" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+    frame = pd.DataFrame(data)
+    frame["cache_hit"] = frame["cache_hit"].map({True: "true", False: "false"})
+    (tmp_path / "arrow").mkdir()
+    pacsv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "arrow" / "a.csv")
+    assert (tmp_path / "arrow" / "a.csv").read_text().startswith('"')  # pyarrow quotes the header's names
+    (tmp_path / "pandas").mkdir()
+    frame.to_csv(tmp_path / "pandas" / "a.csv", index=False, quoting=csv.QUOTE_ALL)
+
+    from_jsonl = stored(config(tmp_path, "jsonl", reference))
+    assert stored(config(tmp_path, "arrow", reference)) == from_jsonl
+    assert stored(config(tmp_path, "pandas", reference)) == from_jsonl

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 
 import numpy as np
@@ -39,7 +40,7 @@ def parse_csv(buf: bytes, header: bytes, skip_header: bool, first_line: int, fil
         buf = b"".join(buf[starts[i]:ends[i] + 1] for i in keep)
     if not len(keep):
         return empty_frame(), rejects, n
-    names = [c.strip() for c in header.decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n").split(",")]
+    names = header_names(header)
     invalid: list[tuple[int, str]] = []
 
     def on_invalid(row) -> str:
@@ -59,3 +60,10 @@ def parse_csv(buf: bytes, header: bytes, skip_header: bool, first_line: int, fil
     frame = to_frame([table], limits.max_field_chars)
     frame[LINE] = np.delete(keep, dropped) + first_line + 1
     return frame, rejects, n
+
+
+def header_names(header: bytes) -> list[str]:
+    """The column names of a CSV header line, quoted or not (`"ts","request_id"`, as pandas and pyarrow write
+    them; a quoted name may hold a comma), each stripped of spaces and a byte order mark."""
+    text = header.decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n")
+    return [c.strip() for c in next(csv.reader([text]), [])]
