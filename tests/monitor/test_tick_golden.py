@@ -150,5 +150,5 @@ GOLDEN_REPORTS = "f16fc1756e35188030bfb9f3dbe4fe2dcd5e448276c62a3d94864efc6bac0f
 GOLDEN_TABLES = {
     "bucket_partials": "0c2c3083adafcd55", "findings": "350e9e374e4d0b4d", "labels": "036fa5e04a393983",
     "quarantine": "67a0aa7b859ce295", "reference_profiles": "d9369df1877903f1", "scored_predictions": "33fb0c7fd226945b",
-    "source_offsets": "db6226c02a9c5905", "ticks": "4e51ffe678430136", "versions_seen": "d3fd25f40a1dad49",
+    "source_offsets": "79950a1e3439a74e", "ticks": "4e51ffe678430136", "versions_seen": "d3fd25f40a1dad49",
 }

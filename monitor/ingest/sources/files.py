@@ -35,6 +35,7 @@ from monitor.ingest.sources.batch import (
 from monitor.ingest.sources.chunks import BOM, LongLine, first_line_of, line_chunks, oversize_line
 from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.identity import (
+    FINGERPRINT_BYTES,
     MAX_FP,
     Plan,
     claim,
@@ -282,7 +283,8 @@ class DirectorySource:
             parts.append(body)
             total += lines - (base - state.line)  # the header line is no row
             states.append(OffsetState(state.file_key, state.path, end, state.line + lines, state.cursor,
-                                      state.fingerprint, end, tail_of(plan.head, end, end)))
+                                      state.fingerprint, end,
+                                      tail_of(plan.head, end, end) if end > FINGERPRINT_BYTES else None))
         if not states:
             return
         buf = b"".join(parts)

@@ -83,7 +83,7 @@ def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
             if mine is not None:
                 plan.events += ("truncated" if _shrunk(plan, mine) else "replaced",)
             fresh.append(plan)
-    live = {p.key: p for p in plans if p.claims == p.key}
+    live: dict[str, Plan] | None = None  # the files continuing their own state, by key (made when needed)
     # Every stored state, those continued by their own file too: a copy of a file read this time waits.
     lengths: dict[int, dict[str, OffsetState]] = {}
     for state in offsets.values():
@@ -97,6 +97,8 @@ def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
             match = _match(plan, longest_first, rows_fp)
             if match is not None and match.file_key == plan.key:
                 match = None  # its own state, which it does not continue (replaced): no copy of itself
+            if match is not None and live is None:
+                live = {p.key: p for p in plans if p.claims == p.key}
             copy = match is not None and _copies(plan, match, live.get(match.file_key))
             if copy and match.file_key in taken:
                 continue  # the file it copies is read this time (as itself or as another copy)
@@ -141,9 +143,11 @@ def _copies(plan: Plan, state: OffsetState, live: Plan | None) -> bool:
 TAIL_BYTES = 512  # a tail covers the last bytes read, at most this many (see tail_of)
 
 
-def tail_of(buf: bytes, end: int, stop: int | None = None) -> str:
+def tail_of(buf: bytes, end: int, stop: int | None = None) -> str | None:
     """`<start>-<end>:<sha1>` of the last TAIL_BYTES (or fewer) of `buf[:stop]`, which ends at byte `end` of
-    its file."""
+    its file; None within its first FINGERPRINT_BYTES, which its fingerprint covers."""
+    if end <= FINGERPRINT_BYTES:
+        return None
     stop = len(buf) if stop is None else stop
     piece = buf[max(0, stop - TAIL_BYTES):stop]
     return f"{end - len(piece)}-{end}:{hashlib.sha1(piece).hexdigest()}"
@@ -197,7 +201,7 @@ def _continues(plan: Plan, state: OffsetState) -> bool:
         return False
     # The same first bytes: still the file read unless the bytes before the offset changed (a new file
     # that starts the same, at an inode the file read left free).
-    return _holds_tail(plan, state) is not False
+    return state.tail is None or _holds_tail(plan, state) is not False
 
 
 def _holds_tail(plan: Plan, state: OffsetState) -> bool | None:
