@@ -6,11 +6,13 @@ could not make is an event of the tick.
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 from tests_support import stored_rows, valid_row
 
 from monitor import config as config_mod
@@ -158,3 +160,65 @@ def test_a_csv_header_longer_than_a_fingerprint_survives_copytruncate(run, recor
     _record(record_property, 1700, stored)
     assert stored == 1700, (stored, r.events())
     assert r.duplicates() == 0
+
+
+def _gz(path, text: str) -> None:
+    with gzip.open(path, "wt") as fh:
+        fh.write(text)
+
+
+def test_a_compressed_file_is_told_from_a_copy_by_its_bytes_past_its_head(run, record_property):
+    """Past the first MAX_FP decompressed bytes, where the tail of the bytes read lies, a .gz is streamed
+    to it: a file with another's first lines is read whole, a real rotation continues, and a rotation still
+    being written waits for the bytes read."""
+    r = run("*.jsonl*", chunk_bytes=16 * 1024)
+    shared = range(0, 50)
+    (r.root / "a.jsonl").write_text(jsonl(range(1000, 2000), shared))
+    (r.root / "x.jsonl").write_text(jsonl(range(5000, 6000)))
+    r.tick()
+    assert (r.root / "a.jsonl").stat().st_size > 2 * MAX_FP
+    # Moved out of the directory rather than deleted, so no new file takes their inodes (that is a file
+    # "replaced", told apart by its own stored state).
+    gone = r.root.parent / "gone"
+    gone.mkdir()
+    # a.jsonl gone; b.jsonl.gz only starts like it.
+    (r.root / "a.jsonl").rename(gone / "a.jsonl")
+    _gz(r.root / "b.jsonl.gz", jsonl(range(2000, 3000), shared))
+    # x.jsonl rotated: more rows, then compressed, first written half-way (a rotation in progress).
+    with open(r.root / "x.jsonl", "a") as fh:
+        fh.write(jsonl(range(6000, 6300)))
+    whole = gzip.compress((r.root / "x.jsonl").read_bytes())
+    (r.root / "x.jsonl").rename(gone / "x.jsonl")
+    (r.root / "x.jsonl.1.gz").write_bytes(whole[:len(whole) // 2])
+    r.tick()
+    (r.root / "x.jsonl.1.gz").write_bytes(whole)
+    r.tick()
+    written = 1050 + 1050 + 1300
+    stored = r.stored()
+    _record(record_property, written, stored)
+    assert stored == written, (stored, r.events())
+    assert r.duplicates() == 0
+    events = r.events()
+    assert "x.jsonl.1.gz: continues x.jsonl" in events, events
+    assert any(e.startswith("b.jsonl.gz: distinct from a.jsonl") for e in events), events
+
+
+def test_a_state_stored_without_a_tail_gets_one_from_its_file(run, record_property):
+    """A state kept from before tails were stored gets its tail from its own file on the next read, so a file
+    that later starts like it (after it is deleted) is read from its start."""
+    r = run("*.jsonl", chunk_bytes=16 * 1024)
+    shared = range(0, 50)
+    (r.root / "a.jsonl").write_text(jsonl(range(1000, 1950), shared))
+    r.tick()
+    with r.store.transaction() as s:
+        s.execute(text("UPDATE source_offsets SET tail = NULL"))
+    r.tick()
+    with r.store.transaction() as s:
+        assert s.execute(text("SELECT count(*) FROM source_offsets WHERE tail IS NULL")).scalar() == 0
+    (r.root / "a.jsonl").unlink()
+    (r.root / "b.jsonl").write_text(jsonl(range(2000, 2950), shared) + jsonl(range(4000, 4950)))
+    r.tick()
+    written = 1000 + 1950
+    stored = r.stored()
+    _record(record_property, written, stored)
+    assert stored == written, (stored, r.events())

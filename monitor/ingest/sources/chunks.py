@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,7 +129,7 @@ def byte_chunks(path: Path, offset: int, chunk_bytes: int, max_line: int | None 
     if path.suffix != ".gz":
         yield from _plain_chunks(path, offset, chunk_bytes, max_line, inside)
         return
-    pieces = _gzip_pieces(path, offset)
+    pieces = gzip_pieces(path, offset)
     if budget is not None:
         pieces = _within(pieces, budget)
 
@@ -288,23 +288,25 @@ def _within(pieces: Iterator[bytes], budget: int) -> Iterator[bytes]:
         left -= len(piece)
 
 
-def _gzip_pieces(path: Path, offset: int, size: int = 4 << 20) -> Iterator[bytes]:
+def gzip_pieces(path: Path, offset: int, size: int = 4 << 20) -> Generator[bytes, None, bool]:
     """Decompressed bytes after `offset`, at most `size` at a time whatever the compression ratio; a stream
-    still being written yields what is complete so far."""
+    still being written yields what is complete so far. Returns whether the file ended at the end of a
+    stream (complete), not inside one."""
     skip = offset
     with open(path, "rb") as fh:
         decomp = zlib.decompressobj(wbits=47)
-        raw, pending = b"", False
+        raw, pending, complete = b"", False, False
         while True:
             if not raw and not pending:
                 raw = fh.read(1 << 20)
                 if not raw:
-                    return
+                    return complete
+            complete = False
             out = decomp.decompress(raw, size)
             # A full piece may leave output inside the decompressor with no input left: asked for again.
             pending = len(out) == size
             if decomp.eof:  # concatenated gzip members
-                raw, pending = decomp.unused_data, False
+                raw, pending, complete = decomp.unused_data, False, True
                 decomp = zlib.decompressobj(wbits=47)
             else:
                 raw = decomp.unconsumed_tail

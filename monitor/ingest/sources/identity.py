@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from monitor.ingest.sources.chunks import gzip_pieces
 from storage.offsets import OffsetState
 
 FINGERPRINT_BYTES = 256  # a fingerprint covers at least this many first bytes (see fingerprint_of)
@@ -100,6 +101,8 @@ def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
             if match is not None and live is None:
                 live = {p.key: p for p in plans if p.claims == p.key}
             copy = match is not None and _copies(plan, match, live.get(match.file_key))
+            if copy is None:
+                continue  # a compressed file still being written, not yet as long as the bytes read: next time
             if copy and match.file_key in taken:
                 continue  # the file it copies is read this time (as itself or as another copy)
             if copy:
@@ -117,20 +120,25 @@ def claim(plans: list[Plan], offsets: dict[str, OffsetState]) -> list[Plan]:
         else:
             own = offsets[plan.key]
             plan.state = OffsetState(own.file_key, plan.where, own.offset, own.line, own.cursor, own.fingerprint,
-                                     own.size, own.tail)
+                                     own.size, own.tail if own.tail is not None else _own_tail(plan, own))
         if plan.fingerprint is not None and plan.fingerprint != plan.state.fingerprint:
             plan.state = replace(plan.state, fingerprint=plan.fingerprint)
         out.append(plan)
     return out
 
 
-def _copies(plan: Plan, state: OffsetState, live: Plan | None) -> bool:
+def _copies(plan: Plan, state: OffsetState, live: Plan | None) -> bool | None:
     """Whether `plan`, whose first bytes match `state`'s, is a copy of its file: it holds the last bytes read
     (`state.tail`), and, while that file is still there (`live`), the same bytes as it where they both end.
-    A stored state without a tail, or bytes that cannot be compared (within a compressed file, past its
-    first MAX_FP bytes), leave the first bytes to decide."""
-    if plan.fmt != "parquet" and _holds_tail(plan, state) is False:
-        return False
+    None: not yet known (a compressed file still being written that does not reach the tail yet). Only a
+    state stored without a tail (before tails were kept, for a file gone since) leaves the first bytes to
+    decide."""
+    if plan.fmt != "parquet":
+        holds = _holds_tail(plan, state)
+        if holds is False:
+            return False
+        if holds is None and state.tail is not None and plan.gz:
+            return None
     if live is not None and plan.fmt != "parquet":
         end = min(_length(plan), _length(live))
         start = max(0, end - TAIL_BYTES)
@@ -153,17 +161,30 @@ def tail_of(buf: bytes, end: int, stop: int | None = None) -> str | None:
     return f"{end - len(piece)}-{end}:{hashlib.sha1(piece).hexdigest()}"
 
 
+def _own_tail(plan: Plan, state: OffsetState) -> str | None:
+    """The tail of a state stored without one, from the plain file that continues it: once per file, so a
+    file that later starts like it is told apart by its bytes too."""
+    if plan.gz or plan.fmt == "parquet" or state.offset <= FINGERPRINT_BYTES or state.cursor is not None:
+        return None
+    got = _bytes(plan, max(0, state.offset - TAIL_BYTES), state.offset)
+    return None if got is None else tail_of(got, state.offset)
+
+
 def _length(plan: Plan) -> int:
     """Bytes of the file as read: decompressed for a .gz held whole, else its size on disk."""
     return len(plan.head) if plan.gz and plan.whole else plan.size
 
 
 def _bytes(plan: Plan, start: int, end: int) -> bytes | None:
-    """Bytes [start, end) of the file (decompressed for .gz), or None when they are not all there or cannot
-    be had without decompressing past its first MAX_FP bytes."""
+    """Bytes [start, end) of the file (decompressed for .gz), or None when they are not all there. A
+    complete .gz shorter than `end` gives the bytes it has; one still being written, None."""
     if end <= len(plan.head):
         return plan.head[start:end]
-    if plan.gz or plan.whole or end > plan.size:
+    if plan.whole:
+        return plan.head[start:end] if plan.gz else None
+    if plan.gz:
+        return _gz_bytes(plan.where, start, end)
+    if end > plan.size:
         return None
     try:
         with open(plan.where, "rb") as fh:
@@ -171,6 +192,26 @@ def _bytes(plan: Plan, start: int, end: int) -> bytes | None:
     except OSError:
         return None
     return got if len(got) == end - start else None
+
+
+def _gz_bytes(path: str, start: int, end: int) -> bytes | None:
+    """Decompressed bytes [start, end) of a .gz file, streamed a piece at a time: fewer when the file ends
+    complete before `end`, None when it ends inside a stream (still being written) or cannot be read."""
+    pieces = gzip_pieces(Path(path), start)
+    got, n = [], 0
+    try:
+        while n < end - start:
+            piece = next(pieces)[:end - start - n]
+            got.append(piece)
+            n += len(piece)
+    except StopIteration as stop:
+        if not stop.value:
+            return None
+    except (OSError, EOFError, zlib.error):
+        return None
+    finally:
+        pieces.close()
+    return b"".join(got)
 
 
 _ROWS = "rows"  # prefix of a Parquet fingerprint: a hash of its first row, not of its bytes
