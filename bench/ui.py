@@ -104,36 +104,6 @@ def measure(cfg, store, end: datetime, incident: int, clients: int, rounds: int)
     return out
 
 
-# The child serving the hostile loads: the seed's config over the month's store and the written logs; it
-# prints its port and serves until its stdin closes.
-SERVE = """
-import json, socket, sys, threading
-from datetime import datetime
-import uvicorn
-from monitor import config as config_mod
-from monitor.ui.app import create_app
-from storage.store import Store
-
-config, db, logs, end = sys.argv[1:5]
-cfg = config_mod.load(config)
-svc = cfg.services[0]
-sources = svc.sources.model_copy(update={"predictions": svc.sources.predictions.model_copy(
-    update={"path": logs, "pattern": "*.csv"})})
-cfg = cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"url": "sqlite:///" + db}),
-                             "services": [svc.model_copy(update={"sources": sources})]})
-store = Store(cfg.storage.url)
-now = datetime.fromisoformat(end)
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-server = uvicorn.Server(uvicorn.Config(create_app(cfg, store, clock=lambda: now), host="127.0.0.1", port=port,
-                                       log_level="warning"))
-threading.Thread(target=lambda: (sys.stdin.read(), setattr(server, "should_exit", True)), daemon=True).start()
-threading.Thread(target=lambda: (__import__("time").sleep(0.5), print(port, flush=True)), daemon=True).start()
-server.run()
-"""
-
-
 def peak_rss(pid: int) -> int:
     """A live process's peak resident size (VmHWM), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -163,12 +133,23 @@ def hostile(config: Path, db: Path, work: Path, end: datetime, incident: int, ra
     import subprocess
     from collections import Counter
 
+    import yaml
+
     written = write_logs(work / "hostile-logs", log_rows, 8, end - timedelta(hours=2), end)
+    # The seed's config over the month's store and the written logs, beside the seed's (its relative paths).
+    raw = yaml.safe_load(config.read_text())
+    raw["storage"]["url"] = f"sqlite:///{db}"
+    raw["services"] = raw["services"][:1]
+    raw["services"][0]["sources"]["predictions"].update(path=str(work / "hostile-logs"), pattern="*.csv")
+    served = config.with_name("hostile.yaml")
+    served.write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {**os.environ, **MALLOC, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", SERVE, str(config), str(db), str(work / "hostile-logs"),
-                              end.isoformat()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen([sys.executable, "-c", "from monitor.cli import main; main()", "--config", str(served),
+                              "ui", "--port", "0", "--now", end.isoformat()], stdout=subprocess.PIPE, text=True,
+                             env=env)
     try:
-        url = f"http://127.0.0.1:{int(child.stdout.readline())}"
+        # "tailwatch ui on http://127.0.0.1:<port>/", printed once the port listens.
+        url = child.stdout.readline().rsplit(" ", 1)[1].rstrip().rstrip("/")
         status_of(url + "/")
         idle = peak_rss(child.pid)
         spans = [(end - timedelta(days=1 + k % 28, hours=k), end - timedelta(hours=k)) for k in range(ranges)]
@@ -181,7 +162,8 @@ def hostile(config: Path, db: Path, work: Path, end: datetime, incident: int, ra
         alive = status_of(url + "/")
         peak = peak_rss(child.pid) if child.poll() is None else -1
     finally:
-        child.communicate(input="", timeout=120)
+        child.terminate()
+        child.communicate(timeout=120)
     return {"log_mb": round(written / 2**20), "log_rows": log_rows, "wall_seconds": round(wall, 1),
             "overview": dict(Counter(statuses[:ranges])), "slowest": dict(Counter(statuses[ranges:])),
             "5xx": sum(s >= 500 for s in statuses), "alive_after": alive, "idle_rss_mib": idle, "peak_rss_mib": peak}

@@ -15,7 +15,6 @@ import os
 import resource
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -95,28 +94,10 @@ def write_logs(folder: Path, rows: int, files: int, start: datetime, end: dateti
     return sum(p.stat().st_size for p in folder.glob("*.csv"))
 
 
-# The child: serves the app over the config given as JSON on a free loopback port, prints the port, and
-# runs until its stdin closes.
-CHILD = textwrap.dedent("""
-    import json, socket, sys, threading
-    from datetime import datetime
-    import uvicorn
-    from monitor import config as config_mod
-    from monitor.ui.app import create_app
-    from storage.store import Store
-
-    cfg = config_mod.parse(json.loads(sys.argv[1]))
-    now = datetime.fromisoformat(sys.argv[2])
-    store = Store(cfg.storage.url)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(cfg, store, clock=lambda: now), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    threading.Thread(target=lambda: (sys.stdin.read(), setattr(server, "should_exit", True)), daemon=True).start()
-    threading.Thread(target=lambda: (__import__("time").sleep(0.2), print(port, flush=True)), daemon=True).start()
-    server.run()
-""")
+def _serve(config: Path) -> list[str]:
+    """`tailwatch ui` on a free loopback port over `config`, with the clock at END."""
+    return [sys.executable, "-c", "from monitor.cli import main; main()", "--config", str(config), "ui",
+            "--port", "0", "--now", END.isoformat()]
 
 
 def _cap() -> None:
@@ -129,11 +110,13 @@ def test_ten_slowest_requests_loads_over_200_mb_of_logs_stay_under_the_cap(tmp_p
     raw = raw_config(tmp_path, max_rows=20_000)
     incident = add_incident(config_mod.parse(raw), start, end)
     env = {**os.environ, **MALLOC, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(raw), END.isoformat()], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_cap, env=env,
-                             cwd=tmp_path)
+    config = tmp_path / "tailwatch.json"
+    config.write_text(json.dumps(raw))
+    child = subprocess.Popen(_serve(config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_cap, env=env, cwd=tmp_path)
     try:
-        port = int(child.stdout.readline())
+        # "tailwatch ui on http://127.0.0.1:<port>/", printed once the port listens.
+        port = int(child.stdout.readline().rstrip().rstrip("/").rsplit(":", 1)[1])
         url = f"http://127.0.0.1:{port}/incidents/{incident}/requests"
         with ThreadPoolExecutor(10) as pool:
             answers = list(pool.map(lambda _: _get(url, timeout=120), range(10)))
@@ -141,8 +124,9 @@ def test_ten_slowest_requests_loads_over_200_mb_of_logs_stay_under_the_cap(tmp_p
         alive = _get(f"http://127.0.0.1:{port}/", timeout=30).status_code
         peak = _peak_rss(child.pid)
     finally:
+        child.terminate()
         try:
-            _, stderr = child.communicate(input="", timeout=60)  # its stdin closed: it stops serving
+            _, stderr = child.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             child.kill()
             _, stderr = child.communicate()
