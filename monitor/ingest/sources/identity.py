@@ -139,7 +139,8 @@ def _copies(plan: Plan, state: OffsetState, live: Plan | None) -> bool | None:
             return False
         if holds is None and state.tail is not None and plan.gz:
             return None
-    if live is not None and plan.fmt != "parquet":
+    # A .gz's decompressed length is known only when it is held whole: else the tail alone decides.
+    if live is not None and plan.fmt != "parquet" and _length(plan) is not None and _length(live) is not None:
         end = min(_length(plan), _length(live))
         start = max(0, end - TAIL_BYTES)
         mine, theirs = _bytes(plan, start, end), _bytes(live, start, end)
@@ -170,9 +171,12 @@ def _own_tail(plan: Plan, state: OffsetState) -> str | None:
     return None if got is None else tail_of(got, state.offset)
 
 
-def _length(plan: Plan) -> int:
-    """Bytes of the file as read: decompressed for a .gz held whole, else its size on disk."""
-    return len(plan.head) if plan.gz and plan.whole else plan.size
+def _length(plan: Plan) -> int | None:
+    """Bytes of the file as read: decompressed for a .gz held whole (None for one that is not), else its
+    size on disk."""
+    if plan.gz:
+        return len(plan.head) if plan.whole else None
+    return plan.size
 
 
 def _bytes(plan: Plan, start: int, end: int) -> bytes | None:
