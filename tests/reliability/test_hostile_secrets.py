@@ -59,6 +59,7 @@ URLS = {  # a bad URL -> where it goes
     "alertmanager url token": ("alertmanager.urls", f"https://{URL_CANARY}@am:9093/"),
     "alertmanager runbook url password": ("alertmanager.runbook_url", f"https://tw:{URL_CANARY}@wiki/{{alertname}}"),
     "slack base url token": ("slack.base_url", f"https://{URL_CANARY}@slack.example/api/"),
+    "ui external url password": ("ui.external_url", f"https://tw:{URL_CANARY}@watch.example/ui/"),
 }
 
 
@@ -122,6 +123,8 @@ def test_credentials_on_a_url_are_refused_and_never_printed(tmp_path, case, reco
         raw["alerts"] = {"alertmanager": {"urls": ["http://am-1:9093"], "runbook_url": url}}
     elif where == "slack.base_url":
         raw["alerts"] = {"slack": {"token": {"env": "TW_SLACK_TOKEN"}, "channel": "#a", "base_url": url}}
+    elif where == "ui.external_url":
+        raw["ui"] = {"external_url": url}
     else:
         raw["alerts"] = {"alertmanager": {"urls": ["http://am-1:9093", url]}}
     commands = [("check-logs",)] + ([("db", "upgrade")] if where == "storage.url" else [])
