@@ -222,3 +222,47 @@ def test_a_state_stored_without_a_tail_gets_one_from_its_file(run, record_proper
     stored = r.stored()
     _record(record_property, written, stored)
     assert stored == written, (stored, r.events())
+
+
+def test_a_compressed_file_read_to_its_end_is_not_decompressed_again(run, monkeypatch, record_property):
+    """A rotated .gz read to its end is not decompressed again while its size stays (a directory keeps a
+    week of them, and a tick comes every minute); one still being written is read on as it grows."""
+    from monitor.ingest.sources import chunks, identity
+
+    decompressed = []
+
+    def counting(path, offset, *args):
+        pieces = real(path, offset, *args)
+        got = 0
+        try:
+            while True:
+                piece = next(pieces)
+                got += len(piece)
+                yield piece
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            pieces.close()
+            decompressed.append((path.name, got))
+
+    real = chunks.gzip_pieces
+    monkeypatch.setattr(chunks, "gzip_pieces", counting)
+    monkeypatch.setattr(identity, "gzip_pieces", counting)
+    r = run("*.jsonl*", chunk_bytes=16 * 1024)
+    _gz(r.root / "a.jsonl.1.gz", jsonl(range(0, 2000)))
+    whole = gzip.compress(jsonl(range(2000, 3000)).encode())
+    (r.root / "b.jsonl.1.gz").write_bytes(whole[:len(whole) // 2])  # being written
+    r.tick()
+    assert {name for name, got in decompressed} == {"a.jsonl.1.gz", "b.jsonl.1.gz"}
+    decompressed.clear()
+    r.tick()  # nothing changed: nothing decompressed
+    assert decompressed == [], decompressed
+    (r.root / "b.jsonl.1.gz").write_bytes(whole)
+    r.tick()
+    assert {name for name, got in decompressed} == {"b.jsonl.1.gz"}, decompressed
+    decompressed.clear()
+    r.tick()
+    assert decompressed == [], decompressed
+    stored = r.stored()
+    _record(record_property, 3000, stored)
+    assert stored == 3000 and r.duplicates() == 0, (stored, r.events())

@@ -36,6 +36,7 @@ from monitor.ingest.sources.chunks import BOM, LongLine, first_line_of, line_chu
 from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.identity import (
     FINGERPRINT_BYTES,
+    GZ_END,
     MAX_FP,
     Plan,
     claim,
@@ -241,7 +242,9 @@ class DirectorySource:
         if fmt == "parquet":
             yield from self._read_parquet(plan, offsets)
         elif fmt in ("jsonl", "csv", "otlp"):
-            yield from self._read_lines(path, state, events, fmt, pool)
+            if plan.gz and state.cursor == f"{GZ_END}{plan.size}":
+                return  # read to its end, and the same size since: nothing new to decompress
+            yield from self._read_lines(path, state, events, fmt, pool, plan.size if plan.gz else None)
         # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
         elif state.offset == 0 and state.line == 0:
             size = plan.size
@@ -349,8 +352,12 @@ class DirectorySource:
             events = []
 
     def _read_lines(self, path: Path, state: OffsetState, events: list[str], fmt: str,
-                    pool: ThreadPoolExecutor) -> Iterator[Batch]:
+                    pool: ThreadPoolExecutor, gz_size: int | None = None) -> Iterator[Batch]:
+        """The batches of a file of lines from its state on; `gz_size`: a compressed file's size on disk."""
         header = None
+        if state.cursor is not None and state.cursor.startswith(GZ_END):
+            state = replace(state, cursor=None)  # it grew (or is a copy that is no .gz): read on from the offset
+        began = state.offset
         if fmt == "csv":
             header = first_line_of(path)
             if header is None:
@@ -398,6 +405,11 @@ class DirectorySource:
         while ahead:
             yield self._parsed_batch(path, *ahead.popleft(), events)
             events = []
+        # The read ran out of bytes, not out of its budget (what it took, plus a line it may have stopped
+        # inside, stays below the budget): a compressed file of this size holds nothing more to read.
+        if gz_size is not None and state.cursor is None \
+                and state.offset - began + limits.max_line_bytes < limits.max_decompressed_bytes_per_tick:
+            yield Batch(self.name, path.name, empty_frame(), [], replace(state, cursor=f"{GZ_END}{gz_size}"), events)
 
     def _parsed_batch(self, path: Path, state: OffsetState, parsed: Parsed, lines: RawLines,
                       events: list[str]) -> Batch:

@@ -20,6 +20,9 @@ from storage.offsets import OffsetState
 FINGERPRINT_BYTES = 256  # a fingerprint covers at least this many first bytes (see fingerprint_of)
 MAX_FP = 64 << 10  # ...and at most this many; a file no longer than this is read whole in one call
 MAX_CSV_FP = 4 << 20  # a CSV's fingerprint covers its header and first row, up to this many bytes
+# A compressed file's cursor once a read ran to the end of its bytes: `gz_end:<size on disk>`. While its
+# size is that, it holds nothing new and is not decompressed again.
+GZ_END = "gz_end:"
 
 
 @dataclass(slots=True)
@@ -245,7 +248,10 @@ def _continues(plan: Plan, state: OffsetState) -> bool:
             and _prefix_hash(plan, _fp_len(state.fingerprint)) != state.fingerprint:
         return False
     # The same first bytes: still the file read unless the bytes before the offset changed (a new file
-    # that starts the same, at an inode the file read left free).
+    # that starts the same, at an inode the file read left free). A .gz read to its end and of the same
+    # size since is not decompressed again to tell.
+    if plan.gz and state.cursor == f"{GZ_END}{plan.size}":
+        return True
     return state.tail is None or _holds_tail(plan, state) is not False
 
 
