@@ -35,7 +35,6 @@ from monitor.ingest.sources.batch import (
 from monitor.ingest.sources.chunks import BOM, LongLine, first_line_of, line_chunks, oversize_line
 from monitor.ingest.sources.csvlines import parse_csv
 from monitor.ingest.sources.identity import (
-    FINGERPRINT_BYTES,
     GZ_END,
     MAX_FP,
     Plan,
@@ -43,8 +42,10 @@ from monitor.ingest.sources.identity import (
     csv_fingerprint,
     csv_header,
     fingerprint_of,
+    gz_end,
     gzip_head,
     parse_group,
+    read_to_end,
     tail_of,
 )
 from monitor.ingest.sources.jsonl import WORKERS, Parsed, start_jsonl
@@ -242,7 +243,7 @@ class DirectorySource:
         if fmt == "parquet":
             yield from self._read_parquet(plan, offsets)
         elif fmt in ("jsonl", "csv", "otlp"):
-            if plan.gz and state.cursor == f"{GZ_END}{plan.size}":
+            if read_to_end(plan, state):
                 return  # read to its end, and the same size since: nothing new to decompress
             yield from self._read_lines(path, state, events, fmt, pool, plan.size if plan.gz else None)
         # Files of an unknown type are skipped: the pattern chose them, so say so once per read.
@@ -287,7 +288,7 @@ class DirectorySource:
             total += lines - (base - state.line)  # the header line is no row
             states.append(OffsetState(state.file_key, state.path, end, state.line + lines, state.cursor,
                                       state.fingerprint, end,
-                                      tail_of(plan.head, end, end) if end > FINGERPRINT_BYTES else None))
+                                      tail_of(plan.head, end, end)))
         if not states:
             return
         buf = b"".join(parts)
@@ -409,7 +410,7 @@ class DirectorySource:
         # inside, stays below the budget): a compressed file of this size holds nothing more to read.
         if gz_size is not None and state.cursor is None \
                 and state.offset - began + limits.max_line_bytes < limits.max_decompressed_bytes_per_tick:
-            yield Batch(self.name, path.name, empty_frame(), [], replace(state, cursor=f"{GZ_END}{gz_size}"), events)
+            yield Batch(self.name, path.name, empty_frame(), [], replace(state, cursor=gz_end(gz_size)), events)
 
     def _parsed_batch(self, path: Path, state: OffsetState, parsed: Parsed, lines: RawLines,
                       events: list[str]) -> Batch:

@@ -25,6 +25,16 @@ MAX_CSV_FP = 4 << 20  # a CSV's fingerprint covers its header and first row, up 
 GZ_END = "gz_end:"
 
 
+def gz_end(size: int) -> str:
+    """The cursor of a compressed file read to its end while it is `size` bytes on disk."""
+    return f"{GZ_END}{size}"
+
+
+def read_to_end(plan: Plan, state: OffsetState) -> bool:
+    """Whether `plan` is a .gz read to its end at `state`, and of the same size on disk since."""
+    return plan.gz and state.cursor == gz_end(plan.size)
+
+
 @dataclass(slots=True)
 class Plan:
     """One file of a listing: where it is, what it is, and the state its read starts from."""
@@ -250,7 +260,7 @@ def _continues(plan: Plan, state: OffsetState) -> bool:
     # The same first bytes: still the file read unless the bytes before the offset changed (a new file
     # that starts the same, at an inode the file read left free). A .gz read to its end and of the same
     # size since is not decompressed again to tell.
-    if plan.gz and state.cursor == f"{GZ_END}{plan.size}":
+    if read_to_end(plan, state):
         return True
     return state.tail is None or _holds_tail(plan, state) is not False
 
